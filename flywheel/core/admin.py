@@ -1,0 +1,62 @@
+"""Django admin for agents, API tokens (revoke only; create them on the account page) and the audit log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from flywheel.core import services
+from flywheel.core.models import Agent, ApiToken, AuditEvent
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ["name", "description", "tools_source", "created_at"]
+    search_fields = ["name", "description"]
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        if change:
+            services.agent_update(actor=request.user, agent=obj, description=obj.description, tools=obj.tools)
+        else:
+            created = services.agent_create(
+                actor=request.user, name=obj.name, description=obj.description, tools=obj.tools
+            )
+            obj.pk = created.pk
+
+
+@admin.action(description="Revoke the selected tokens")
+def revoke_tokens(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+    for token in queryset:
+        services.api_token_revoke(actor=request.user, token=token)
+    messages.success(request, f"{queryset.count()} token(s) revoked.")
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["name", "user__username", "prefix"]
+    readonly_fields = ["user", "name", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at"]
+    actions = [revoke_tokens]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "actor_name", "action", "target_type", "target_repr"]
+    list_filter = ["action", "target_type"]
+    search_fields = ["actor_name", "target_repr", "target_id"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

@@ -1,0 +1,105 @@
+"""Core rows: base models, agents, API tokens, the audit log, and the permission holder."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from flywheel.core.roles import PERMISSION_DESCRIPTIONS
+
+
+class UUIDModel(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+
+    class Meta:
+        abstract = True
+
+
+class TimestampedModel(models.Model):
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class Capability(models.Model):
+    """Holds the role permissions of `roles.py`; it has no table and no rows."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [(perm.codename, text) for perm, text in PERMISSION_DESCRIPTIONS.items()]
+
+    def __str__(self) -> str:
+        return "capability"
+
+
+class Agent(UUIDModel, TimestampedModel):
+    """An agent whose trajectories, tasks and model versions these are."""
+
+    class ToolsSource(models.TextChoices):
+        UPLOADED = "uploaded", "Uploaded schemas"
+        INFERRED = "inferred", "Inferred from observed calls"
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    # OpenAI `tools` form: [{"type": "function", "function": {"name", "description", "parameters"}}]
+    tools = models.JSONField(default=list, blank=True)
+    tools_source = models.CharField(max_length=16, choices=ToolsSource.choices, default=ToolsSource.UPLOADED)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def tool_names(self) -> list[str]:
+        return [tool["function"]["name"] for tool in self.tools]
+
+
+class ApiToken(UUIDModel):
+    """A per-user bearer token; only its SHA-256 is stored, the secret is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The first characters, to recognise a token.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class AuditEvent(UUIDModel):
+    """One thing someone did; written only through `services.audit_record`."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Kept apart from `actor` so the record survives the user's deletion.
+    actor_name = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=100, db_index=True)
+    target_type = models.CharField(max_length=100, blank=True)
+    target_id = models.CharField(max_length=64, blank=True)
+    target_repr = models.CharField(max_length=200, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["target_type", "target_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name or 'system'} {self.action} {self.target_repr}".strip()

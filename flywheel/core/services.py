@@ -1,0 +1,174 @@
+"""Writes of the core app: the audit log, agents, API tokens, roles and demo users."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+from django.apps import apps as global_apps
+from django.apps.registry import Apps
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser, Group, User
+from django.core.exceptions import ValidationError
+from django.db import models, transaction
+from django.utils import timezone
+
+from flywheel.core.models import Agent, ApiToken, AuditEvent, Capability
+from flywheel.core.roles import PERMISSION_DESCRIPTIONS, ROLE_PERMISSIONS, Role
+
+TOKEN_PREFIX = "fwk_"
+Actor = User | AnonymousUser | None
+
+
+def audit_record(
+    *, actor: Actor, action: str, target: models.Model | None = None, data: dict[str, Any] | None = None
+) -> AuditEvent:
+    """Append one event to the audit log; `actor=None` means the system itself."""
+    user = actor if isinstance(actor, User) else None
+    event = AuditEvent(
+        actor=user,
+        actor_name=user.get_username() if user else "",
+        action=action,
+        target_type=target._meta.label if target is not None else "",
+        target_id=str(target.pk) if target is not None else "",
+        target_repr=str(target)[:200] if target is not None else "",
+        data=data or {},
+    )
+    event.full_clean()
+    event.save()
+    return event
+
+
+def tools_normalize(tools: Any) -> list[dict[str, Any]]:
+    """Tool schemas in OpenAI `tools` form; bare `{name, description, parameters}` are wrapped."""
+    if not isinstance(tools, list):
+        raise ValidationError("tools must be a JSON list of tool schemas")
+    normalized: list[dict[str, Any]] = []
+    for index, tool in enumerate(tools):
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise ValidationError(f"tool {index} has no name")
+        parameters = function.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(parameters, dict):
+            raise ValidationError(f"tool {function['name']!r}: parameters must be a JSON Schema object")
+        normalized.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": function["name"],
+                    "description": str(function.get("description", "")),
+                    "parameters": parameters,
+                },
+            }
+        )
+    names = [tool["function"]["name"] for tool in normalized]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValidationError(f"duplicate tool names: {', '.join(duplicates)}")
+    return normalized
+
+
+@transaction.atomic
+def agent_create(*, actor: Actor, name: str, description: str = "", tools: Any = ()) -> Agent:
+    agent = Agent(name=name, description=description, tools=tools_normalize(list(tools)))
+    agent.full_clean()
+    agent.save()
+    audit_record(actor=actor, action="agent.create", target=agent, data={"tools": agent.tool_names()})
+    return agent
+
+
+@transaction.atomic
+def agent_update(*, actor: Actor, agent: Agent, description: str, tools: Any) -> Agent:
+    agent.description = description
+    agent.tools = tools_normalize(tools)
+    agent.full_clean()
+    agent.save()
+    audit_record(actor=actor, action="agent.update", target=agent, data={"tools": agent.tool_names()})
+    return agent
+
+
+def _token_hash(secret: str) -> str:
+    # Tokens carry 256 random bits, so a fast hash is enough: there is nothing to brute-force.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@transaction.atomic
+def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
+    """A new token and its secret; the secret is returned once and never stored."""
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken(user=user, name=name, prefix=secret[: len(TOKEN_PREFIX) + 6], key_hash=_token_hash(secret))
+    token.full_clean()
+    token.save()
+    audit_record(actor=user, action="api_token.create", target=token)
+    return token, secret
+
+
+@transaction.atomic
+def api_token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="api_token.revoke", target=token, data={"user": token.user_id})
+    return token
+
+
+def api_token_authenticate(*, secret: str) -> ApiToken | None:
+    """The active token with this secret, its last use recorded; None if unknown or revoked."""
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(key_hash=_token_hash(secret), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if token is None:
+        return None
+    now = timezone.now()
+    # One write a minute per token at most, so a busy ingest client does not write per request.
+    stale = now - settings.API_TOKEN_LAST_USE_RESOLUTION
+    ApiToken.objects.filter(pk=token.pk).filter(
+        models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=stale)
+    ).update(last_used_at=now)
+    return token
+
+
+def roles_sync(*, apps: Apps = global_apps) -> None:
+    """Create the role groups and their permissions; `apps` may be a migration's registry."""
+    group_model = apps.get_model("auth", "Group")
+    permission_model = apps.get_model("auth", "Permission")
+    content_type_model = apps.get_model("contenttypes", "ContentType")
+    content_type, _ = content_type_model.objects.get_or_create(
+        app_label=Capability._meta.app_label, model=Capability._meta.model_name
+    )
+    by_perm = {}
+    for perm, text in PERMISSION_DESCRIPTIONS.items():
+        by_perm[perm], _ = permission_model.objects.update_or_create(
+            content_type=content_type, codename=perm.codename, defaults={"name": text}
+        )
+    for role, perms in ROLE_PERMISSIONS.items():
+        group, _ = group_model.objects.get_or_create(name=role.value)
+        group.permissions.set([by_perm[perm] for perm in perms])
+
+
+@transaction.atomic
+def demo_users_ensure(*, logins_file: Path) -> dict[str, str]:
+    """One user per role, named after it; passwords are made once and kept in `logins_file`."""
+    if settings.PRODUCTION:
+        raise ValidationError("demo users are never created in production")
+    logins: dict[str, str] = json.loads(logins_file.read_text()) if logins_file.exists() else {}
+    user_model = get_user_model()
+    for role in Role:
+        password = logins.setdefault(role.value, secrets.token_urlsafe(9))
+        user, created = user_model.objects.get_or_create(username=f"demo-{role.value}")
+        user.set_password(password)
+        user.is_staff = user.is_superuser = role is Role.ADMIN
+        user.save()
+        user.groups.set([Group.objects.get(name=role.value)])
+        if created:
+            audit_record(actor=None, action="user.create_demo", target=user, data={"role": role.value})
+    logins_file.parent.mkdir(parents=True, exist_ok=True)
+    logins_file.write_text(json.dumps(logins, indent=2))
+    logins_file.chmod(0o600)
+    return {f"demo-{role}": password for role, password in logins.items()}

@@ -1,0 +1,187 @@
+"""Django settings, read entirely from the environment.
+
+The defaults are the embedded demo: a SQLite file and Celery's filesystem transport under
+`var/`, nothing to install. `DJANGO_ENV=production` demands the real services and secrets
+and turns on every `check --deploy` protection; see README.md, "Production".
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+from kombu import Queue
+
+from flywheel.envparse import (
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_str,
+    require_all,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("FLYWHEEL_VAR_DIR", str(BASE_DIR / "var")))
+
+DJANGO_ENV = env_choice("DJANGO_ENV", "development", ("development", "production"))
+PRODUCTION = DJANGO_ENV == "production"
+if PRODUCTION:
+    require_all(
+        ["SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "CELERY_BROKER_URL"],
+        reason="DJANGO_ENV=production",
+    )
+
+# A fixed key is acceptable only for the local demo; production refuses to start without one.
+SECRET_KEY = env_str("SECRET_KEY", "django-insecure-agent-flywheel-local-demo-key-not-for-production")
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "flywheel.core",
+    "flywheel.ingest",
+    "flywheel.triage",
+    "flywheel.datasets",
+    "flywheel.training",
+    "flywheel.registry",
+    "flywheel.dashboards",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "flywheel.urls"
+WSGI_APPLICATION = "flywheel.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "flywheel.core.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+if not PRODUCTION:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DATABASES = {
+    "default": environ.Env.db_url_config(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
+    ),
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60 if PRODUCTION else 0, minimum=0)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "core:home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        ),
+    },
+}
+# Outside production WhiteNoise serves straight from the source folders: no collectstatic needed.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+if not PRODUCTION:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(VAR_DIR / "media")))
+
+# --- Celery -----------------------------------------------------------------------------
+# The longest job the gpu queue runs; the broker must not redeliver a job still running.
+JOB_MAX_SECONDS = env_int("JOB_MAX_SECONDS", int(timedelta(hours=12).total_seconds()), minimum=60)
+
+_EMBEDDED_BROKER_DIR = VAR_DIR / "celery" / "broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for _folder in ("queue", "processed"):
+        (_EMBEDDED_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "data_folder_in": str(_EMBEDDED_BROKER_DIR / "queue"),
+        "data_folder_out": str(_EMBEDDED_BROKER_DIR / "queue"),
+        "processed_folder": str(_EMBEDDED_BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+    (VAR_DIR / "celery" / "results").mkdir(parents=True, exist_ok=True)
+    _default_result_backend = f"file://{VAR_DIR / 'celery' / 'results'}"
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": JOB_MAX_SECONDS + 3600}
+    _default_result_backend = CELERY_BROKER_URL
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", _default_result_backend)
+CELERY_RESULT_EXPIRES = timedelta(days=1)
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_QUEUES = (Queue("default"), Queue("gpu"))
+CELERY_TASK_ROUTES = {"flywheel.training.tasks.*": {"queue": "gpu"}}
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+# --- Security ---------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    if env_bool("BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# The demo logins file; read by `make demo` and never used in production.
+DEMO_LOGINS_FILE = VAR_DIR / "demo-logins.json"
+HEALTHZ_TIMEOUT_SECONDS = env_int("HEALTHZ_TIMEOUT_SECONDS", 3, minimum=1)
+API_TOKEN_LAST_USE_RESOLUTION = timedelta(minutes=1)

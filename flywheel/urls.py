@@ -1,0 +1,16 @@
+"""The URLconf. Every view checks its permission (flywheel.core.access); tests enforce it."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from flywheel.core import views as core_views
+from flywheel.core.access import public
+
+urlpatterns = [
+    path("healthz", core_views.healthz, name="healthz"),
+    path("accounts/login/", public(auth_views.LoginView.as_view()), name="login"),
+    path("accounts/logout/", public(auth_views.LogoutView.as_view()), name="logout"),
+    path("admin/", admin.site.urls),
+    path("", include("flywheel.core.urls")),
+]

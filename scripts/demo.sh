@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run agent-flywheel on the embedded defaults (SQLite, Celery's filesystem transport): migrate,
+# create one demo user per role, start a worker for both queues and the web server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=.venv/bin/python
+port=${PORT:-8000}
+
+$py manage.py migrate --noinput -v 0
+mkdir -p var
+echo "Demo logins (user, password):"
+$py manage.py demo_users
+
+$py -m celery -A flywheel worker -Q default,gpu --pool solo --concurrency 1 --prefetch-multiplier 1 \
+  -n demo@%h --loglevel INFO >var/worker.log 2>&1 &
+worker=$!
+trap 'kill "$worker" 2>/dev/null || true' EXIT INT TERM
+
+echo
+echo "agent-flywheel is at http://127.0.0.1:${port}/  (worker log: var/worker.log; Ctrl-C stops both)"
+$py manage.py runserver "127.0.0.1:${port}" --noreload

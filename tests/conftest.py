@@ -1,0 +1,88 @@
+"""Fixtures shared by the whole suite: users per role, and a real Celery worker process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group
+
+from flywheel.core.roles import Role
+from flywheel.core.services import roles_sync
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "correct-horse-battery-staple"
+
+
+@pytest.fixture
+def make_user(django_user_model) -> Callable[..., object]:
+    """make_user(role) -> a user in that role's group; make_user(None) has no role at all."""
+
+    # Transactional tests flush the tables, taking the migration's role groups with them.
+    roles_sync()
+
+    def make(role: Role | None, username: str | None = None):
+        name = username or f"{role.value if role else 'norole'}-{uuid.uuid4().hex[:6]}"
+        user = django_user_model.objects.create_user(username=name, password=PASSWORD)
+        if role is not None:
+            user.groups.add(Group.objects.get(name=role.value))
+        return user
+
+    return make
+
+
+def database_url_for_workers() -> str:
+    """A DATABASE_URL pointing a subprocess at the test database pytest-django created."""
+    db = settings.DATABASES["default"]
+    if "postgresql" not in db["ENGINE"]:
+        raise RuntimeError("worker tests share the test database and need PostgreSQL (set DATABASE_URL)")
+    credentials = quote(db["USER"] or "")
+    if db.get("PASSWORD"):
+        credentials += ":" + quote(db["PASSWORD"])
+    return f"postgres://{credentials}@{db['HOST'] or 'localhost'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+@pytest.fixture
+def celery_worker_process(django_db_setup, tmp_path) -> Iterator[Callable[..., subprocess.Popen]]:
+    """start(queues) runs `celery worker` as a real subprocess on the test database; stopped after the test."""
+    workers: list[subprocess.Popen] = []
+
+    def start(queues: str = "default,gpu") -> subprocess.Popen:
+        env = {**os.environ, "DATABASE_URL": database_url_for_workers()}
+        log = (tmp_path / f"worker-{len(workers)}.log").open("w")
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "flywheel",
+            "worker",
+            "-Q",
+            queues,
+            "--pool",
+            "solo",
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "INFO",
+            "-n",
+            f"test-{uuid.uuid4().hex[:8]}@%h",
+        ]
+        worker = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
