@@ -104,7 +104,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "core:home"
+LOGIN_REDIRECT_URL = "dashboards:home"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -185,3 +185,12 @@ LOGGING = {
 DEMO_LOGINS_FILE = VAR_DIR / "demo-logins.json"
 HEALTHZ_TIMEOUT_SECONDS = env_int("HEALTHZ_TIMEOUT_SECONDS", 3, minimum=1)
 API_TOKEN_LAST_USE_RESOLUTION = timedelta(minutes=1)
+
+# --- Ingestion --------------------------------------------------------------------------
+INGEST_MAX_UPLOAD_BYTES = env_int("INGEST_MAX_UPLOAD_BYTES", 1 << 30, minimum=1)
+INGEST_MAX_DECOMPRESSED_BYTES = env_int("INGEST_MAX_DECOMPRESSED_BYTES", 4 << 30, minimum=1)
+INGEST_MAX_RECORD_BYTES = env_int("INGEST_MAX_RECORD_BYTES", 16 << 20, minimum=1024)
+INGEST_MAX_DEPTH = env_int("INGEST_MAX_DEPTH", 64, minimum=4)
+INGEST_BATCH_SIZE = env_int("INGEST_BATCH_SIZE", 200, minimum=1)
+INGEST_ERRORS_KEPT = 100
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 << 20

@@ -12,5 +12,7 @@ urlpatterns = [
     path("accounts/login/", public(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", public(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),
+    path("", include("flywheel.dashboards.urls")),
+    path("", include("flywheel.ingest.urls")),
     path("", include("flywheel.core.urls")),
 ]

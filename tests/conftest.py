@@ -13,12 +13,21 @@ from urllib.parse import quote
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.test import override_settings
 
 from flywheel.core.roles import Role
 from flywheel.core.services import roles_sync
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct-horse-battery-staple"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def media_root(tmp_path_factory) -> Iterator[Path]:
+    """Uploaded files go to a temporary folder, shared with worker subprocesses through MEDIA_ROOT."""
+    root = tmp_path_factory.mktemp("media")
+    with override_settings(MEDIA_ROOT=str(root)):
+        yield root
 
 
 @pytest.fixture
@@ -55,7 +64,7 @@ def celery_worker_process(django_db_setup, tmp_path) -> Iterator[Callable[..., s
     workers: list[subprocess.Popen] = []
 
     def start(queues: str = "default,gpu") -> subprocess.Popen:
-        env = {**os.environ, "DATABASE_URL": database_url_for_workers()}
+        env = {**os.environ, "DATABASE_URL": database_url_for_workers(), "MEDIA_ROOT": str(settings.MEDIA_ROOT)}
         log = (tmp_path / f"worker-{len(workers)}.log").open("w")
         command = [
             sys.executable,
@@ -80,9 +89,11 @@ def celery_worker_process(django_db_setup, tmp_path) -> Iterator[Callable[..., s
         return worker
 
     yield start
-    for worker in workers:
+    for number, worker in enumerate(workers):
         worker.terminate()
         try:
             worker.wait(timeout=20)
         except subprocess.TimeoutExpired:
             worker.kill()
+        # Shown by pytest when the test failed: what the worker did.
+        print(f"--- worker {number} log ---\n" + (tmp_path / f"worker-{number}.log").read_text()[-5000:])

@@ -29,6 +29,8 @@ class AuthedRequest(HttpRequest):
     """The request a permission-checked view receives: its user is signed in."""
 
     user: User
+
+
 def _json_error(status: int, message: str) -> JsonResponse:
     response = JsonResponse({"error": message}, status=status)
     if status == 401:

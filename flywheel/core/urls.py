@@ -5,7 +5,6 @@ from flywheel.core import views
 app_name = "core"
 
 urlpatterns = [
-    path("", views.home, name="home"),
     path("agents/", views.agent_list, name="agent_list"),
     path("agents/<slug:name>/", views.agent_detail, name="agent_detail"),
     path("audit/", views.audit_list, name="audit_list"),

@@ -1,4 +1,4 @@
-"""Pages and API endpoints of the core app: home, agents, audit log, API tokens, health."""
+"""Pages and API endpoints of the core app: agents, audit log, API tokens, health."""
 
 from __future__ import annotations
 
@@ -16,16 +16,6 @@ from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
 
 AUDIT_PAGE_SIZE = 50
-
-
-@permission_required(Perm.VIEW)
-def home(request: AuthedRequest) -> HttpResponse:
-    context = {
-        "agents": selectors.agent_list(),
-        "roles": selectors.user_role_names(user=request.user),
-        "recent_events": selectors.audit_event_list()[:10] if request.user.has_perm(Perm.VIEW_AUDIT) else None,
-    }
-    return render(request, "core/home.html", context)
 
 
 @permission_required(Perm.VIEW)

@@ -72,7 +72,7 @@ PERSONAS: list[Role | None] = [*Role, None]
 
 
 def test_every_endpoint_is_in_the_matrix():
-    assert {endpoint.name for endpoint in ENDPOINTS} >= {"core:home", "core:api_me", "healthz", "login"}
+    assert {endpoint.name for endpoint in ENDPOINTS} >= {"dashboards:home", "core:api_me", "healthz", "login"}
 
 
 def _allowed(required: str | None, role: Role | None) -> bool:

@@ -1,0 +1,143 @@
+"""Trajectories as they were logged, their steps, and the uploads that brought them in."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from flywheel.core.models import Agent, TimestampedModel, UUIDModel
+
+
+class Outcome(models.TextChoices):
+    SUCCESS = "success", "Success"
+    FAILURE = "failure", "Failure"
+    UNKNOWN = "unknown", "Unknown"
+
+
+class StepKind(models.TextChoices):
+    SYSTEM = "system", "System"
+    USER = "user", "User"
+    ASSISTANT = "assistant", "Assistant"
+    TOOL_CALL = "tool_call", "Tool call"
+    TOOL_RESULT = "tool_result", "Tool result"
+    HUMAN_INTERVENTION = "human_intervention", "Human intervention"
+    ERROR = "error", "Error"
+
+
+class Upload(UUIDModel, TimestampedModel):
+    """A file of trajectories and what its processing found, line by line."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    file = models.FileField(upload_to="uploads/%Y/%m/")
+    original_name = models.CharField(max_length=255)
+    size = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    format = models.CharField(max_length=32, help_text="A parser name, or 'auto' to detect per record.")
+    mapping = models.JSONField(default=dict, blank=True)
+    agent_name = models.CharField(max_length=100, blank=True)
+    source = models.CharField(max_length=100, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    bytes_read = models.BigIntegerField(default=0)
+    read = models.IntegerField(default=0)
+    stored = models.IntegerField(default=0)
+    duplicates = models.IntegerField(default=0)
+    rejected = models.IntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True, help_text="The first rejected lines: {line, reason}.")
+    failure = models.TextField(blank=True, help_text="Why the file as a whole could not be read to its end.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.original_name
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.SUCCEEDED or self.size == 0:
+            return 100 if self.status == self.Status.SUCCEEDED else 0
+        return min(99, int(100 * self.bytes_read / self.size))
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (self.Status.SUCCEEDED, self.Status.FAILED)
+
+
+class Trajectory(UUIDModel):
+    """One run of an agent: what it saw, called and said, and how it ended."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="trajectories")
+    upload = models.ForeignKey(Upload, null=True, blank=True, on_delete=models.SET_NULL, related_name="trajectories")
+    # The dedup key: (source, external_id) when the record has an id, else content_hash.
+    source = models.CharField(max_length=100)
+    external_id = models.CharField(max_length=255, blank=True)
+    content_hash = models.CharField(max_length=64)
+    model_version = models.CharField(max_length=100, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.UNKNOWN)
+    final_result = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.IntegerField(null=True, blank=True)
+    input_tokens = models.IntegerField(null=True, blank=True)
+    output_tokens = models.IntegerField(null=True, blank=True)
+    cost = models.FloatField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    step_count = models.IntegerField(default=0)
+    has_error = models.BooleanField(default=False)
+    # Step texts joined (capped) for search; PostgreSQL indexes it with pg_trgm.
+    search_text = models.TextField(blank=True)
+    ingested_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-ingested_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "external_id"],
+                condition=~models.Q(external_id=""),
+                name="trajectory_unique_source_id",
+            ),
+            models.UniqueConstraint(
+                fields=["content_hash"], condition=models.Q(external_id=""), name="trajectory_unique_content"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["-ingested_at", "-id"], name="trajectory_recent"),
+            models.Index(fields=["agent", "-ingested_at"], name="trajectory_agent_recent"),
+            models.Index(fields=["outcome", "-ingested_at"], name="trajectory_outcome_recent"),
+            models.Index(fields=["model_version", "-ingested_at"], name="trajectory_version_recent"),
+            models.Index(fields=["has_error", "-ingested_at"], name="trajectory_error_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id or str(self.id)
+
+
+class Step(models.Model):
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
+    index = models.IntegerField()
+    kind = models.CharField(max_length=24, choices=StepKind.choices)
+    text = models.TextField(blank=True)
+    tool_name = models.CharField(max_length=200, blank=True)
+    # Parsed arguments of a tool call; `tool_arguments_raw` keeps what was sent when it was not valid JSON.
+    tool_arguments = models.JSONField(null=True, blank=True)
+    tool_arguments_raw = models.TextField(blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    is_error = models.BooleanField(default=False)
+    latency_ms = models.IntegerField(null=True, blank=True)
+    input_tokens = models.IntegerField(null=True, blank=True)
+    output_tokens = models.IntegerField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["trajectory", "index"]
+        constraints = [models.UniqueConstraint(fields=["trajectory", "index"], name="step_unique_index")]
+        indexes = [models.Index(fields=["tool_name", "trajectory"], name="step_tool")]
+
+    def __str__(self) -> str:
+        return f"{self.index}:{self.kind}"

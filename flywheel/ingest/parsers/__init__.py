@@ -1,0 +1,29 @@
+"""Input formats: each module turns one JSON record into a `ParsedTrajectory` or raises `RecordError`.
+
+A parser module exposes `NAME`, `detect(record, mapping) -> bool` and `parse(record, mapping)`.
+`parse_record` picks the parser by name, or by detection when the format is `auto`. Parsers are
+pure Python: they never touch the database.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from flywheel.ingest.parsers import native, openai_chat
+from flywheel.ingest.parsers.base import FieldMapping, ParsedStep, ParsedTrajectory, RecordError
+
+PARSERS: dict[str, ModuleType] = {module.NAME: module for module in (native, openai_chat)}
+AUTO = "auto"
+FORMAT_CHOICES = [AUTO, *PARSERS]
+
+__all__ = ["FORMAT_CHOICES", "PARSERS", "FieldMapping", "ParsedStep", "ParsedTrajectory", "RecordError", "parse_record"]
+
+
+def parse_record(record: dict[str, Any], format_name: str, mapping: FieldMapping) -> ParsedTrajectory:
+    if format_name != AUTO:
+        return PARSERS[format_name].parse(record, mapping)
+    for parser in PARSERS.values():
+        if parser.detect(record, mapping):
+            return parser.parse(record, mapping)
+    raise RecordError(f"cannot tell the format: no 'steps' list ({native.NAME}) and no '{mapping.messages}' list")

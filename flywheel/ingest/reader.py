@@ -1,0 +1,273 @@
+"""Stream records out of an uploaded file: JSON Lines or a JSON array, either of them gzipped.
+
+Memory stays bounded by the largest record, whatever the file size. Each record comes out as a
+`RawRecord` holding either a JSON object or the reason it was refused, with the line it starts
+on. A problem that makes the rest of the file unreadable (a gzip bomb past the cap, a broken
+JSON array, a corrupt gzip stream) ends the iteration with `FileProblem`; the records before it
+have been yielded. This module knows nothing of trajectories or of Django.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+ARRAY_CHUNK_CHARS = 1 << 20
+# CPython refuses to turn longer digit strings into ints (sys.get_int_max_str_digits).
+INT_DIGITS_LIMIT = 4300
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    max_record_bytes: int = 16 << 20
+    max_decompressed_bytes: int = 4 << 30
+    max_depth: int = 64
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    line: int
+    value: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class FileProblem(Exception):
+    """The rest of the file cannot be read; `line` is where reading stopped."""
+
+    def __init__(self, reason: str, line: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.line = line
+
+
+class _RejectedValue:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+_NON_FINITE = _RejectedValue("NaN and Infinity are not valid JSON")
+_HUGE_INT = _RejectedValue(f"an integer has more than {INT_DIGITS_LIMIT} digits")
+
+
+def _parse_int(digits: str) -> int | _RejectedValue:
+    return _HUGE_INT if len(digits.lstrip("-")) > INT_DIGITS_LIMIT else int(digits)
+
+
+_DECODER = json.JSONDecoder(parse_constant=lambda _: _NON_FINITE, parse_int=_parse_int)
+
+
+def value_problem(value: Any, max_depth: int) -> str | None:
+    """Why a decoded value must be refused (a rejected literal, too deep, not an object), or None."""
+    if not isinstance(value, dict):
+        kind = "array" if isinstance(value, list) else type(value).__name__
+        return f"a JSON {kind}, not an object"
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, _RejectedValue):
+            return item.reason
+        if isinstance(item, dict | list):
+            if depth > max_depth:
+                return f"nesting deeper than {max_depth} levels"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def decode_object(text: str, max_depth: int) -> tuple[dict[str, Any] | None, str | None]:
+    """One JSON object from text: (value, None) or (None, reason)."""
+    try:
+        value = _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON: {exc.msg} at column {exc.colno}"
+    except RecursionError:
+        return None, f"nesting deeper than {max_depth} levels"
+    problem = value_problem(value, max_depth)
+    return (None, problem) if problem else (value, None)
+
+
+class _CappedReader(io.RawIOBase):
+    """Reads a decompressing stream and stops with FileProblem once `cap` bytes came out."""
+
+    def __init__(self, inner: IO[bytes], cap: int) -> None:
+        self._inner, self._cap, self._count = inner, cap, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._count >= self._cap and self._inner.read(1):
+            raise FileProblem(f"decompressed size exceeds the cap of {self._cap} bytes; decompression stopped")
+        try:
+            data = self._inner.read(min(len(buffer), self._cap - self._count))
+        except (OSError, EOFError) as exc:
+            raise FileProblem(f"the gzip stream is corrupt or truncated: {exc}") from exc
+        self._count += len(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _Borrowed(io.RawIOBase):
+    """Reads a stream the caller owns; closing this wrapper leaves the stream open."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        self._inner = inner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._inner.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def open_decompressed(stream: IO[bytes], limits: ReadLimits) -> io.BufferedReader:
+    buffered: Any = io.BufferedReader(_Borrowed(stream))
+    if buffered.peek(2)[:2] == GZIP_MAGIC:
+        gz = gzip.GzipFile(fileobj=buffered, mode="rb")
+        return io.BufferedReader(_CappedReader(gz, limits.max_decompressed_bytes))  # type: ignore[arg-type]
+    return buffered
+
+
+def _skip_bom_and_space(stream: io.BufferedReader) -> bytes:
+    """Consume a BOM and leading whitespace; the first significant byte, or b'' for an empty file."""
+    if stream.peek(3)[:3] == UTF8_BOM:
+        stream.read(3)
+    while True:
+        head = stream.peek(1)[:1]
+        if head == b"" or not head.isspace():
+            return head
+        stream.read(1)
+
+
+def read_records(stream: IO[bytes], limits: ReadLimits = ReadLimits()) -> Iterator[RawRecord]:
+    """Every record of the file in order; raises FileProblem when the rest cannot be read."""
+    data = open_decompressed(stream, limits)
+    first = _skip_bom_and_space(data)
+    if first == b"":
+        raise FileProblem("the file is empty", line=0)
+    if first == b"[":
+        yield from _array_records(data, limits)
+    else:
+        yield from _jsonl_records(data, limits)
+
+
+def _read_line(data: io.BufferedReader, limit: int) -> tuple[bytes, bool]:
+    """The next line (without its newline) and whether it fit; an over-long line is consumed whole."""
+    line = data.readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line, True
+    while True:
+        rest = data.readline(1 << 20)
+        if not rest or rest.endswith(b"\n"):
+            return b"", False
+
+
+def _jsonl_records(data: io.BufferedReader, limits: ReadLimits) -> Iterator[RawRecord]:
+    number = 0
+    while True:
+        raw, fits = _read_line(data, limits.max_record_bytes)
+        number += 1
+        if not fits:
+            yield RawRecord(number, error=f"the record is larger than {limits.max_record_bytes} bytes")
+            continue
+        if raw == b"":
+            return
+        if not raw.strip():
+            continue
+        yield _jsonl_record(raw, number, limits)
+
+
+def _jsonl_record(raw: bytes, number: int, limits: ReadLimits) -> RawRecord:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return RawRecord(number, error=f"invalid UTF-8 at byte {exc.start + 1} of the line")
+    value, problem = decode_object(text, limits.max_depth)
+    if problem and not raw.endswith(b"\n") and problem.startswith("not valid JSON"):
+        problem = f"the file ends mid-record (truncated last line): {problem}"
+    return RawRecord(number, value=value, error=problem)
+
+
+class _ArrayCursor:
+    """A growing text window over a JSON array, with the line number of its read position."""
+
+    def __init__(self, data: io.BufferedReader, limits: ReadLimits) -> None:
+        self._data, self._limits = data, limits
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self.text, self.pos, self.line, self.eof = "", 0, 1, False
+
+    def more(self, chars: int = ARRAY_CHUNK_CHARS) -> bool:
+        if self.eof:
+            return False
+        chunk = self._data.read(chars)
+        try:
+            decoded = self._decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as exc:
+            raise FileProblem(f"invalid UTF-8 in the JSON array: {exc.reason}", self.line) from exc
+        self.eof = not chunk
+        self.text = self.text[self.pos :] + decoded
+        self.pos = 0
+        return bool(chunk)
+
+    def advance(self, to: int) -> None:
+        self.line += self.text.count("\n", self.pos, to)
+        self.pos = to
+
+    def next_significant(self) -> str:
+        while True:
+            while self.pos < len(self.text) and self.text[self.pos].isspace():
+                self.advance(self.pos + 1)
+            if self.pos < len(self.text):
+                return self.text[self.pos]
+            if not self.more():
+                return ""
+
+
+def _array_records(data: io.BufferedReader, limits: ReadLimits) -> Iterator[RawRecord]:
+    cursor = _ArrayCursor(data, limits)
+    cursor.more()
+    cursor.advance(1)  # the opening bracket
+    expect_value = True
+    while True:
+        head = cursor.next_significant()
+        if head == "]":
+            cursor.advance(cursor.pos + 1)
+            if cursor.next_significant() != "":
+                raise FileProblem("unexpected text after the end of the JSON array", cursor.line)
+            return
+        if head == "":
+            raise FileProblem("the file ends inside the JSON array (truncated)", cursor.line)
+        if not expect_value:
+            if head != ",":
+                raise FileProblem(f"expected ',' or ']' between array items, found {head!r}", cursor.line)
+            cursor.advance(cursor.pos + 1)
+            cursor.next_significant()
+        yield _array_item(cursor, limits)
+        expect_value = False
+
+
+def _array_item(cursor: _ArrayCursor, limits: ReadLimits) -> RawRecord:
+    line = cursor.line
+    while True:
+        try:
+            value, end = _DECODER.raw_decode(cursor.text, cursor.pos)
+            break
+        except json.JSONDecodeError as exc:
+            if len(cursor.text) - cursor.pos > limits.max_record_bytes:
+                raise FileProblem(f"the item is larger than {limits.max_record_bytes} bytes", line) from exc
+            if not cursor.more(max(ARRAY_CHUNK_CHARS, len(cursor.text))):
+                raise FileProblem(f"not valid JSON: {exc.msg} (the array cannot be read past it)", line) from exc
+        except RecursionError as exc:
+            raise FileProblem(f"nesting deeper than {limits.max_depth} levels", line) from exc
+    cursor.advance(end)
+    problem = value_problem(value, limits.max_depth)
+    return RawRecord(line, value=None if problem else value, error=problem)

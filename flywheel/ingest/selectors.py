@@ -1,0 +1,101 @@
+"""Reads of the ingest app: the filtered trajectory list with keyset pagination, one trace, uploads."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from uuid import UUID
+
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.utils import timezone
+
+from flywheel.ingest.models import Outcome, Step, Trajectory, Upload
+
+
+@dataclass(frozen=True)
+class TrajectoryFilters:
+    outcome: str = ""
+    agent: str = ""
+    model_version: str = ""
+    tool: str = ""
+    has_error: bool | None = None
+    since: date | None = None
+    until: date | None = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page ends, in the list's order (newest first): keyset pagination, no OFFSET or COUNT."""
+
+    ingested_at: datetime
+    id: UUID
+
+    def encode(self) -> str:
+        return base64.urlsafe_b64encode(f"{self.ingested_at.isoformat()}|{self.id}".encode()).decode()
+
+    @classmethod
+    def decode(cls, token: str) -> Cursor | None:
+        try:
+            stamp, _, ident = base64.urlsafe_b64decode(token.encode()).decode().partition("|")
+            return cls(datetime.fromisoformat(stamp), UUID(ident))
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            return None
+
+
+def _day_start(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+def trajectory_queryset(filters: TrajectoryFilters) -> QuerySet[Trajectory]:
+    rows = Trajectory.objects.select_related("agent")
+    if filters.outcome:
+        rows = rows.filter(outcome=filters.outcome)
+    if filters.agent:
+        rows = rows.filter(agent__name=filters.agent)
+    if filters.model_version:
+        rows = rows.filter(model_version=filters.model_version)
+    if filters.has_error is not None:
+        rows = rows.filter(has_error=filters.has_error)
+    if filters.since:
+        rows = rows.filter(ingested_at__gte=_day_start(filters.since))
+    if filters.until:
+        rows = rows.filter(ingested_at__lt=_day_start(filters.until + timedelta(days=1)))
+    if filters.tool:
+        rows = rows.filter(Exists(Step.objects.filter(trajectory=OuterRef("pk"), tool_name=filters.tool)))
+    if filters.text:
+        rows = rows.filter(search_text__icontains=filters.text)
+    return rows.defer("search_text", "metadata", "final_result")
+
+
+def trajectory_page(
+    *, filters: TrajectoryFilters, after: Cursor | None, size: int = 50
+) -> tuple[list[Trajectory], Cursor | None]:
+    """One page of the list and the cursor of the next one (None on the last page)."""
+    rows = trajectory_queryset(filters)
+    if after is not None:
+        rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
+    page = list(rows.order_by("-ingested_at", "-id")[: size + 1])
+    if len(page) <= size:
+        return page, None
+    last = page[size - 1]
+    return page[:size], Cursor(last.ingested_at, last.id)
+
+
+def trajectory_with_steps(*, trajectory_id: UUID) -> Trajectory | None:
+    steps = Prefetch("steps", queryset=Step.objects.order_by("index"))
+    return Trajectory.objects.select_related("agent", "upload").prefetch_related(steps).filter(pk=trajectory_id).first()
+
+
+def upload_recent(*, limit: int = 20) -> QuerySet[Upload]:
+    return Upload.objects.select_related("uploaded_by")[:limit]
+
+
+def trajectory_counts() -> dict[str, int]:
+    """Totals for the home page: all trajectories, and those that failed."""
+    return {
+        "total": Trajectory.objects.count(),
+        "failures": Trajectory.objects.filter(outcome=Outcome.FAILURE).count(),
+    }

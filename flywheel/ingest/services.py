@@ -1,0 +1,411 @@
+"""The one ingestion path every entry point uses (upload page, CLI, and later the API and OTLP).
+
+`records_ingest` takes the records a reader yields, parses each with the chosen format,
+deduplicates (per source and id, or per content hash for records without an id) and stores
+trajectories with their steps in batches; a record is stored whole or not at all. Uploads are
+processed by a Celery task that calls `upload_process`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import IO, Any
+from uuid import UUID, uuid4
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
+from django.core.validators import validate_slug
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from flywheel.core.db import bulk_insert
+from flywheel.core.models import Agent
+from flywheel.core.services import audit_record
+from flywheel.ingest.models import Step, Trajectory, Upload
+from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajectory, RecordError, parse_record
+from flywheel.ingest.reader import FileProblem, RawRecord, ReadLimits, read_records
+
+logger = logging.getLogger(__name__)
+SEARCH_TEXT_CHARS = 20_000
+DEFAULT_AGENT = "default"
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    format: str = "auto"
+    mapping: FieldMapping = FieldMapping()
+    agent: str = ""  # for records that name no agent; DEFAULT_AGENT when empty
+    source: str = ""  # the dedup namespace for ids; the agent's name when empty
+    upload_id: UUID | None = None
+
+
+@dataclass
+class ItemResult:
+    line: int
+    status: str  # stored | duplicate | rejected
+    trajectory_id: UUID | None = None
+    reason: str = ""
+
+
+@dataclass
+class IngestReport:
+    read: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    failure: str = ""
+
+    def add(self, result: ItemResult) -> None:
+        self.read += 1
+        if result.status == "stored":
+            self.stored += 1
+        elif result.status == "duplicate":
+            self.duplicates += 1
+        else:
+            self.reject(result.line, result.reason)
+
+    def reject(self, line: int, reason: str) -> None:
+        self.rejected += 1
+        if len(self.errors) < settings.INGEST_ERRORS_KEPT:
+            self.errors.append({"line": line, "reason": reason})
+
+    def as_dict(self) -> dict[str, Any]:
+        summary = {key: getattr(self, key) for key in ("read", "stored", "duplicates", "rejected", "errors")}
+        if self.failure:
+            summary["failure"] = self.failure
+        return summary
+
+
+@dataclass
+class _Pending:
+    line: int
+    parsed: ParsedTrajectory
+    source: str
+    content_hash: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        if self.parsed.external_id:
+            return ("id", self.source, self.parsed.external_id)
+        return ("hash", "", self.content_hash)
+
+
+def read_limits() -> ReadLimits:
+    return ReadLimits(
+        max_record_bytes=settings.INGEST_MAX_RECORD_BYTES,
+        max_decompressed_bytes=settings.INGEST_MAX_DECOMPRESSED_BYTES,
+        max_depth=settings.INGEST_MAX_DEPTH,
+    )
+
+
+def stream_ingest(
+    *, stream: IO[bytes], options: IngestOptions, on_batch: Callable[[IngestReport], None] | None = None
+) -> IngestReport:
+    """Read a file's records (JSONL or a JSON array, maybe gzipped) and ingest them."""
+    report = IngestReport()
+    try:
+        records_ingest(records=read_records(stream, read_limits()), options=options, report=report, on_batch=on_batch)
+    except FileProblem as problem:
+        report.failure = problem.reason
+        report.read += 1
+        report.reject(problem.line or report.read + 1, problem.reason)
+    return report
+
+
+def records_ingest(
+    *,
+    records: Iterable[RawRecord],
+    options: IngestOptions,
+    report: IngestReport | None = None,
+    on_batch: Callable[[IngestReport], None] | None = None,
+    on_result: Callable[[ItemResult], None] | None = None,
+) -> IngestReport:
+    """Parse, deduplicate and store records in batches; every record gets exactly one result."""
+    report = report if report is not None else IngestReport()
+    agents: dict[str, Agent] = {}
+    batch: list[_Pending] = []
+
+    def flush() -> None:
+        for result in _store_batch(batch, options, agents):
+            report.add(result)
+            if on_result:
+                on_result(result)
+        batch.clear()
+        if on_batch:
+            on_batch(report)
+
+    try:
+        for record in records:
+            pending_or_result = _prepare(record, options)
+            if isinstance(pending_or_result, ItemResult):
+                report.add(pending_or_result)
+                if on_result:
+                    on_result(pending_or_result)
+            else:
+                batch.append(pending_or_result)
+            if len(batch) >= settings.INGEST_BATCH_SIZE:
+                flush()
+    finally:
+        flush()
+    return report
+
+
+def _prepare(record: RawRecord, options: IngestOptions) -> _Pending | ItemResult:
+    if record.value is None:
+        return ItemResult(record.line, "rejected", reason=record.error or "unreadable record")
+    try:
+        parsed = parse_record(record.value, options.format, options.mapping)
+        agent_name = parsed.agent or options.agent or DEFAULT_AGENT
+        validate_slug(agent_name)
+    except RecordError as exc:
+        return ItemResult(record.line, "rejected", reason=str(exc))
+    except ValidationError:
+        return ItemResult(record.line, "rejected", reason=f"agent name {agent_name!r} must be letters, digits, - or _")
+    parsed.agent = agent_name
+    canonical = json.dumps(record.value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    content_hash = hashlib.sha256(canonical.encode()).hexdigest()
+    return _Pending(record.line, parsed, options.source or agent_name, content_hash)
+
+
+def _existing_keys(batch: list[_Pending]) -> dict[tuple[str, str, str], UUID]:
+    condition = Q(pk__in=[])
+    for pending in batch:
+        kind, source, value = pending.key
+        condition |= Q(source=source, external_id=value) if kind == "id" else Q(external_id="", content_hash=value)
+    found: dict[tuple[str, str, str], UUID] = {}
+    for row in Trajectory.objects.filter(condition).values("id", "source", "external_id", "content_hash"):
+        if row["external_id"]:
+            found[("id", row["source"], row["external_id"])] = row["id"]
+        else:
+            found[("hash", "", row["content_hash"])] = row["id"]
+    return found
+
+
+def _store_batch(batch: list[_Pending], options: IngestOptions, agents: dict[str, Agent]) -> list[ItemResult]:
+    if not batch:
+        return []
+    existing = _existing_keys(batch)
+    results: dict[int, ItemResult] = {}
+    fresh: list[tuple[int, _Pending, UUID]] = []
+    for position, pending in enumerate(batch):
+        if pending.key in existing:
+            results[position] = ItemResult(pending.line, "duplicate", existing[pending.key])
+        else:
+            existing[pending.key] = uuid4()
+            fresh.append((position, pending, existing[pending.key]))
+    for name in {pending.parsed.agent for _, pending, _ in fresh} - set(agents):
+        agents[name] = agent_ensure(name=name)
+    try:
+        with transaction.atomic():
+            _insert(fresh, options, agents)
+        results.update({pos: ItemResult(p.line, "stored", tid) for pos, p, tid in fresh})
+    except IntegrityError:
+        # Another writer stored some of these meanwhile: fall back to one record at a time.
+        results.update({pos: _store_one(p, tid, options, agents) for pos, p, tid in fresh})
+    return [results[position] for position in range(len(batch))]
+
+
+def _store_one(pending: _Pending, trajectory_id: UUID, options: IngestOptions, agents: dict[str, Agent]) -> ItemResult:
+    try:
+        with transaction.atomic():
+            _insert([(0, pending, trajectory_id)], options, agents)
+    except IntegrityError:
+        found = _existing_keys([pending]).get(pending.key)
+        return ItemResult(pending.line, "duplicate", found)
+    return ItemResult(pending.line, "stored", trajectory_id)
+
+
+def _insert(fresh: list[tuple[int, _Pending, UUID]], options: IngestOptions, agents: dict[str, Agent]) -> None:
+    now = timezone.now()
+    trajectories, steps = [], []
+    for offset, (_, pending, trajectory_id) in enumerate(fresh):
+        # A microsecond apart, so the list (newest first) keeps the order of the file.
+        ingested_at = now + timedelta(microseconds=offset)
+        trajectories.append(_trajectory_row(pending, trajectory_id, agents[pending.parsed.agent], options, ingested_at))
+        steps.extend(_step_rows(pending.parsed, trajectory_id))
+    bulk_insert(Trajectory, trajectories)
+    bulk_insert(Step, steps)
+
+
+def _trajectory_row(
+    pending: _Pending, trajectory_id: UUID, agent: Agent, options: IngestOptions, ingested_at: datetime
+) -> Trajectory:
+    parsed = pending.parsed
+    return Trajectory(
+        id=trajectory_id,
+        agent=agent,
+        upload_id=options.upload_id,
+        source=pending.source,
+        external_id=parsed.external_id,
+        content_hash=pending.content_hash,
+        model_version=parsed.model_version,
+        outcome=parsed.outcome,
+        final_result=parsed.final_result,
+        started_at=parsed.started_at,
+        duration_ms=parsed.duration_ms,
+        input_tokens=parsed.input_tokens,
+        output_tokens=parsed.output_tokens,
+        cost=parsed.cost,
+        metadata=parsed.metadata,
+        step_count=len(parsed.steps),
+        has_error=any(step.is_error for step in parsed.steps),
+        search_text=_search_text(parsed),
+        ingested_at=ingested_at,
+    )
+
+
+def _step_rows(parsed: ParsedTrajectory, trajectory_id: UUID) -> list[Step]:
+    return [
+        Step(
+            trajectory_id=trajectory_id,
+            index=index,
+            kind=step.kind,
+            text=step.text,
+            tool_name=step.tool_name,
+            tool_arguments=step.tool_arguments,
+            tool_arguments_raw=step.tool_arguments_raw,
+            tool_call_id=step.tool_call_id,
+            is_error=step.is_error,
+            latency_ms=step.latency_ms,
+            input_tokens=step.input_tokens,
+            output_tokens=step.output_tokens,
+            metadata=step.metadata,
+        )
+        for index, step in enumerate(parsed.steps)
+    ]
+
+
+def _search_text(parsed: ParsedTrajectory) -> str:
+    parts = [parsed.external_id, parsed.final_result]
+    for step in parsed.steps:
+        parts.append(step.text[:2000])
+        if step.tool_name:
+            parts.append(step.tool_name)
+    return "\n".join(part for part in parts if part)[:SEARCH_TEXT_CHARS]
+
+
+def agent_ensure(*, name: str) -> Agent:
+    """The agent with this name, created (tool catalogue to be inferred) when it is new."""
+    agent = Agent.objects.filter(name=name).first()
+    if agent is not None:
+        return agent
+    try:
+        with transaction.atomic():
+            agent = Agent(name=name, tools_source=Agent.ToolsSource.INFERRED)
+            agent.full_clean()
+            agent.save()
+            audit_record(actor=None, action="agent.create", target=agent, data={"by": "ingest"})
+            return agent
+    except IntegrityError:
+        return Agent.objects.get(name=name)
+
+
+# --- uploads -------------------------------------------------------------------------------
+
+
+def _file_digest(file: UploadedFile) -> str:
+    digest = hashlib.sha256()
+    for chunk in file.chunks():
+        digest.update(chunk)
+    file.seek(0)
+    return digest.hexdigest()
+
+
+def ingest_options_validate(*, format: str, mapping: dict[str, str], agent_name: str, source: str) -> FieldMapping:
+    if format not in FORMAT_CHOICES:
+        raise ValidationError(f"unknown format {format!r}; choose one of {', '.join(FORMAT_CHOICES)}")
+    if agent_name:
+        validate_slug(agent_name)
+    if len(source) > 100:
+        raise ValidationError("source is longer than 100 characters")
+    try:
+        return FieldMapping.from_pairs(mapping)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
+
+
+@transaction.atomic
+def upload_create(
+    *, user: User, file: UploadedFile, format: str, mapping: dict[str, str], agent_name: str = "", source: str = ""
+) -> Upload:
+    """Store the file and queue it for processing on the `default` queue."""
+    from flywheel.ingest.tasks import process_upload
+
+    field_mapping = ingest_options_validate(format=format, mapping=mapping, agent_name=agent_name, source=source)
+    upload = Upload(
+        uploaded_by=user,
+        original_name=(file.name or "upload")[:255],
+        size=file.size or 0,
+        sha256=_file_digest(file),
+        format=format,
+        mapping=field_mapping.as_pairs(),
+        agent_name=agent_name,
+        source=source,
+    )
+    upload.file.save(f"{uuid4().hex}-{upload.original_name}"[-200:], file, save=False)
+    upload.full_clean()
+    upload.save()
+    audit_record(actor=user, action="upload.create", target=upload, data={"size": upload.size, "format": format})
+    process_upload.delay_on_commit(str(upload.id))  # type: ignore[attr-defined]  # celery-types predates it
+    return upload
+
+
+def _upload_claim(upload_id: UUID | str) -> bool:
+    """Move a queued upload to running; False when it is gone or someone else has it."""
+    claimed = Upload.objects.filter(pk=upload_id, status=Upload.Status.QUEUED).update(
+        status=Upload.Status.RUNNING, started_at=timezone.now(), updated_at=timezone.now()
+    )
+    return claimed == 1
+
+
+def upload_process(*, upload_id: UUID | str) -> Upload | None:
+    """Ingest a queued upload, saving progress after every batch. Safe to run twice."""
+    if not _upload_claim(upload_id):
+        return None
+    upload = Upload.objects.get(pk=upload_id)
+    try:
+        return _upload_run(upload)
+    except Exception as exc:
+        logger.exception("upload %s failed", upload.id)
+        Upload.objects.filter(pk=upload.pk).update(
+            status=Upload.Status.FAILED, failure=f"internal error: {type(exc).__name__}", finished_at=timezone.now()
+        )
+        raise
+
+
+def _upload_run(upload: Upload) -> Upload:
+    options = IngestOptions(
+        format=upload.format,
+        mapping=FieldMapping.from_pairs(upload.mapping),
+        agent=upload.agent_name,
+        source=upload.source,
+        upload_id=upload.id,
+    )
+    with upload.file.open("rb") as raw:
+
+        def save_progress(report: IngestReport) -> None:
+            _upload_save_counts(upload, report, bytes_read=raw.tell())
+
+        report = stream_ingest(stream=raw, options=options, on_batch=save_progress)
+    upload.failure = report.failure
+    upload.status = Upload.Status.FAILED if report.failure and report.read == 0 else Upload.Status.SUCCEEDED
+    upload.finished_at = timezone.now()
+    _upload_save_counts(upload, report, bytes_read=upload.size)
+    logger.info("upload %s: %s", upload.id, json.dumps(report.as_dict())[:500])
+    return upload
+
+
+def _upload_save_counts(upload: Upload, report: IngestReport, *, bytes_read: int) -> None:
+    upload.bytes_read = bytes_read
+    for name in ("read", "stored", "duplicates", "rejected", "errors"):
+        setattr(upload, name, getattr(report, name))
+    upload.save()

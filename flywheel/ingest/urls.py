@@ -1,0 +1,13 @@
+from django.urls import path
+
+from flywheel.ingest import views
+
+app_name = "ingest"
+
+urlpatterns = [
+    path("trajectories/", views.trajectory_list, name="trajectory_list"),
+    path("trajectories/<uuid:trajectory_id>/", views.trajectory_detail, name="trajectory_detail"),
+    path("uploads/new/", views.upload_new, name="upload_new"),
+    path("uploads/<uuid:upload_id>/", views.upload_detail, name="upload_detail"),
+    path("uploads/<uuid:upload_id>/progress", views.upload_progress, name="upload_progress"),
+]

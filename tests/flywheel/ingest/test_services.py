@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import gzip
+import io
+import json
+
+import pytest
+
+from flywheel.ingest import services
+from flywheel.ingest.models import Step, Trajectory
+from flywheel.ingest.parsers import FieldMapping
+from flywheel.ingest.services import IngestOptions, stream_ingest
+from tests.flywheel.ingest.conftest import TAU_MAPPING
+
+pytestmark = pytest.mark.django_db
+TAU = IngestOptions(format="openai-chat", mapping=FieldMapping.from_pairs(TAU_MAPPING), agent="airline")
+
+
+def native_line(external_id: str | None = None, **extra) -> bytes:
+    record = {"steps": [{"kind": "user", "text": f"hello {external_id}"}], **extra}
+    if external_id is not None:
+        record["id"] = external_id
+    return json.dumps(record).encode() + b"\n"
+
+
+NATIVE = IngestOptions(format="native")
+
+
+def ingest(data: bytes, options: IngestOptions = NATIVE) -> dict:
+    return stream_ingest(stream=io.BytesIO(data), options=options).as_dict()
+
+
+def test_the_tau_bench_file_is_stored_whole_then_seen_as_duplicates(tau_bench_path):
+    with tau_bench_path.open("rb") as stream:
+        first = stream_ingest(stream=stream, options=TAU).as_dict()
+    assert first == {"read": 200, "stored": 200, "duplicates": 0, "rejected": 0, "errors": []}
+    assert Trajectory.objects.filter(outcome="failure").count() == 116
+    assert Step.objects.filter(kind="tool_call").count() == Step.objects.filter(kind="tool_result").count() == 1164
+    trajectory = Trajectory.objects.get(source="airline", external_id="0:0")
+    calls = trajectory.steps.filter(kind="tool_call").order_by("index")
+    assert calls[0].tool_name == "get_user_details" and calls[0].tool_arguments == {"user_id": "mia_li_3668"}
+    assert trajectory.metadata["info"]["task"]["actions"]
+    with tau_bench_path.open("rb") as stream:
+        second = stream_ingest(stream=stream, options=TAU).as_dict()
+    assert (second["stored"], second["duplicates"]) == (0, 200)
+
+
+def test_records_without_an_id_dedupe_on_content():
+    assert ingest(native_line() + native_line() + native_line(model_version="v2"))["stored"] == 2
+    assert ingest(native_line())["duplicates"] == 1
+
+
+def test_the_same_id_in_another_source_is_another_trajectory():
+    assert ingest(native_line("a"), IngestOptions(source="one"))["stored"] == 1
+    assert ingest(native_line("a"), IngestOptions(source="two"))["stored"] == 1
+    assert ingest(native_line("a"), IngestOptions(source="two"))["duplicates"] == 1
+
+
+def test_bad_lines_are_rejected_with_their_line_and_the_rest_is_stored():
+    data = b"".join(
+        [
+            b"\xef\xbb\xbf" + native_line("1"),
+            b"not json\n",
+            b'{"bad": "\xff"}\n',
+            b"[1]\n",
+            native_line("2"),
+            b'{"steps": []}\n',
+            b'{"n": ' + b"1" * 5000 + b"}\n",
+            b'{"x": NaN}\n',
+            b'{"a": ' + b"[" * 100 + b"]" * 100 + b"}\n",
+            native_line("3"),
+            b'{"steps": [{"kind": "user", "text": "cut',
+        ]
+    )
+    report = ingest(data)
+    assert (report["read"], report["stored"], report["rejected"]) == (11, 3, 8)
+    reasons = {error["line"]: error["reason"] for error in report["errors"]}
+    assert sorted(reasons) == [2, 3, 4, 6, 7, 8, 9, 11]
+    assert "invalid UTF-8" in reasons[3] and "non-empty 'steps'" in reasons[6] and "truncated" in reasons[11]
+    assert set(Trajectory.objects.values_list("external_id", flat=True)) == {"1", "2", "3"}
+
+
+def test_an_empty_file_is_reported_and_stores_nothing():
+    report = ingest(b"")
+    assert report["failure"] == "the file is empty" and report["stored"] == 0
+
+
+def test_a_gzip_over_the_cap_keeps_what_came_before(settings):
+    settings.INGEST_MAX_DECOMPRESSED_BYTES = 5_000
+    settings.INGEST_BATCH_SIZE = 10
+    report = ingest(gzip.compress(b"".join(native_line(str(n)) for n in range(1000))))
+    assert "decompressed size exceeds the cap" in report["failure"]
+    assert 50 <= report["stored"] < 1000 and report["stored"] == Trajectory.objects.count()
+
+
+def test_a_rejected_record_leaves_no_steps_behind():
+    ingest(b'{"id": "x", "steps": [{"kind": "user", "text": "ok"}, {"kind": "bogus"}]}\n')
+    assert not Trajectory.objects.exists() and not Step.objects.exists()
+
+
+def test_a_concurrent_writer_turns_the_batch_into_duplicates_not_errors(monkeypatch):
+    ingest(native_line("raced"))
+    monkeypatch.setattr(services, "_existing_keys", lambda batch: {})
+    report = ingest(native_line("raced") + native_line("fresh"))
+    assert (report["stored"], report["duplicates"]) == (1, 1)
+    assert Step.objects.count() == 2
+
+
+def test_the_agent_is_created_from_the_record_or_the_default():
+    ingest(native_line("a", agent="support-bot") + native_line("b"))
+    agents = dict(Trajectory.objects.values_list("external_id", "agent__name"))
+    assert agents == {"a": "support-bot", "b": "default"}
+
+
+def test_an_agent_name_that_is_not_a_slug_is_rejected():
+    report = ingest(native_line("a", agent="my agent!"))
+    assert "agent name 'my agent!'" in report["errors"][0]["reason"]
+
+
+def test_memory_stays_flat_on_a_large_json_array(settings):
+    import tracemalloc
+
+    settings.INGEST_BATCH_SIZE = 100
+    items = b",".join(native_line(str(n)).strip() for n in range(3000))
+    tracemalloc.start()
+    stream_ingest(stream=io.BytesIO(b"[" + items + b"]"), options=IngestOptions())
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert Trajectory.objects.count() == 3000
+    assert peak < 40 * len(items) // 3  # far below a whole-file load of records and rows
