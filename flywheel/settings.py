@@ -138,12 +138,13 @@ JOB_MAX_SECONDS = env_int("JOB_MAX_SECONDS", int(timedelta(hours=12).total_secon
 _EMBEDDED_BROKER_DIR = VAR_DIR / "celery" / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (_EMBEDDED_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         "data_folder_in": str(_EMBEDDED_BROKER_DIR / "queue"),
         "data_folder_out": str(_EMBEDDED_BROKER_DIR / "queue"),
         "processed_folder": str(_EMBEDDED_BROKER_DIR / "processed"),
+        "control_folder": str(_EMBEDDED_BROKER_DIR / "control"),
         "store_processed": False,
     }
     (VAR_DIR / "celery" / "results").mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,18 @@ and sets `handler`; the handler returns the process exit code. Job kinds read a
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from collections.abc import Sequence
+
+from trainer.contracts import ContractError
+from trainer.tasks_bfcl import load_bfcl_tasks
+from trainer.verifiers import DEFAULT_VERIFIER, get_verifier, verifier_names
+from trainer.verifiers.batch import Summary, read_tasks, verify_lines
+from trainer.verifiers.safety import SafetyPolicy
+
+EXIT_INPUT_ERRORS = 1
+EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,7 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
             "Plain Python; the web app drives it through the job protocol."
         ),
     )
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_tasks(sub)
+    add_verify(sub)
+    add_eval(sub)
+    add_models(sub)
     return parser
 
 
@@ -31,3 +46,81 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     return int(handler(args))
+
+
+def add_tasks(sub: argparse._SubParsersAction) -> None:
+    tasks = sub.add_parser("tasks", help="import task sets as native task JSONL")
+    kinds = tasks.add_subparsers(dest="tasks_command", metavar="SOURCE", required=True)
+    bfcl = kinds.add_parser("from-bfcl", help="BFCL questions (+ possible answers) to native task JSONL on stdout")
+    bfcl.add_argument("--questions", required=True, help="BFCL_v4_<category>.json")
+    bfcl.add_argument("--answers", help="possible_answer/BFCL_v4_<category>.json; without it no call is expected")
+    bfcl.set_defaults(handler=_tasks_from_bfcl)
+
+
+def _tasks_from_bfcl(args: argparse.Namespace) -> int:
+    try:
+        tasks = load_bfcl_tasks(args.questions, args.answers)
+    except (OSError, ContractError, KeyError) as error:
+        print(f"tasks from-bfcl: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    for task in tasks:
+        sys.stdout.write(task.to_json_line() + "\n")
+    return 0
+
+
+def add_verify(sub: argparse._SubParsersAction) -> None:
+    verify = sub.add_parser("verify", help="score model outputs against tasks, one verdict line each")
+    verify.add_argument("--tasks", required=True, help="native task JSONL")
+    verify.add_argument("--outputs", required=True, help='JSONL of {"id", "output"}; "-" reads stdin')
+    verify.add_argument("--verifier", choices=verifier_names(), default=DEFAULT_VERIFIER)
+    verify.add_argument("--policy", help="safety policy JSON for the agent (default: the built-in policy)")
+    verify.set_defaults(handler=_verify)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    try:
+        tasks = read_tasks(args.tasks)
+        policy = SafetyPolicy.load(args.policy) if args.policy else None
+        outputs = sys.stdin if args.outputs == "-" else open(args.outputs, encoding="utf-8")  # noqa: SIM115
+    except (OSError, ContractError, json.JSONDecodeError) as error:
+        print(f"verify: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    summary = Summary(verifier=args.verifier)
+    with outputs:
+        for row in verify_lines(get_verifier(args.verifier, policy), tasks, outputs, summary):
+            sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+    sys.stdout.write(json.dumps({"summary": summary.to_json()}) + "\n")
+    return EXIT_INPUT_ERRORS if summary.input_errors else 0
+
+
+def add_eval(sub: argparse._SubParsersAction) -> None:
+    evaluate = sub.add_parser("eval", help="evaluate a model on a task snapshot (job protocol: JSON events on stdout)")
+    evaluate.add_argument("--spec", required=True, help="run.json: a RunSpec of kind eval (see docs/trainer.md)")
+    evaluate.set_defaults(handler=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    # Imported here so that `python -m trainer --help` and the light commands never load torch.
+    from trainer.evaluate import run_eval
+    from trainer.jobs import die_with_parent, run_job
+
+    die_with_parent()
+    return run_job(args.spec, "eval", run_eval)
+
+
+def add_models(sub: argparse._SubParsersAction) -> None:
+    models = sub.add_parser("models", help="manage local base models")
+    actions = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    fetch = actions.add_parser("fetch-demo", help="download and convert the demo model (SmolLM2-135M-Instruct) once")
+    fetch.set_defaults(handler=_fetch_demo)
+
+
+def _fetch_demo(args: argparse.Namespace) -> int:
+    from trainer.models import ModelNotFoundError, ensure_demo_model, model_cache_dir
+
+    try:
+        print(ensure_demo_model(model_cache_dir()))
+    except ModelNotFoundError as error:
+        print(f"models fetch-demo: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERRORS
+    return 0
