@@ -194,4 +194,8 @@ INGEST_MAX_RECORD_BYTES = env_int("INGEST_MAX_RECORD_BYTES", 16 << 20, minimum=1
 INGEST_MAX_DEPTH = env_int("INGEST_MAX_DEPTH", 64, minimum=4)
 INGEST_BATCH_SIZE = env_int("INGEST_BATCH_SIZE", 200, minimum=1)
 INGEST_ERRORS_KEPT = 100
+# Redaction patterns ticked by default on the upload form and applied by default to API calls.
+INGEST_REDACT_DEFAULT = env_list("INGEST_REDACT_DEFAULT", [])
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 << 20
+API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 10 << 20, minimum=1024)
+API_MAX_BATCH_ITEMS = env_int("API_MAX_BATCH_ITEMS", 1000, minimum=1)

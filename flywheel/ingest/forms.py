@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from flywheel.ingest.models import Outcome
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping
+from flywheel.ingest.redaction import BUILT_IN, Redactor
 from flywheel.ingest.selectors import TrajectoryFilters
 
 MAPPING_HELP = "Where records keep their parts, e.g. messages=traj outcome=reward id=task_id,trial"
@@ -19,6 +21,24 @@ class UploadForm(forms.Form):
     mapping = forms.CharField(required=False, help_text=MAPPING_HELP)
     agent = forms.SlugField(required=False, help_text="For records that name no agent.")
     source = forms.CharField(required=False, max_length=100, help_text="Namespace of record ids (default: the agent).")
+    redact = forms.MultipleChoiceField(
+        required=False,
+        initial=lambda: settings.INGEST_REDACT_DEFAULT,
+        choices=[(name, name.replace("_", " ")) for name in BUILT_IN],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Replaced by [REDACTED:…] before anything is stored.",
+    )
+    redact_custom = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2}), label="Custom patterns", help_text="One regex a line."
+    )
+
+    def clean_redact_custom(self) -> list[str]:
+        patterns = [line.strip() for line in self.cleaned_data["redact_custom"].splitlines() if line.strip()]
+        try:
+            Redactor.build([], patterns)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return patterns
 
     def clean_mapping(self) -> dict[str, str]:
         pairs: dict[str, str] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import IO, Any
@@ -28,10 +28,12 @@ from django.utils import timezone
 
 from flywheel.core.db import bulk_insert
 from flywheel.core.models import Agent
-from flywheel.core.services import audit_record
+from flywheel.core.services import audit_record, tools_normalize
+from flywheel.ingest.catalogue import Observed, catalogues_update, observe_calls
 from flywheel.ingest.models import Step, Trajectory, Upload
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajectory, RecordError, parse_record
 from flywheel.ingest.reader import FileProblem, RawRecord, ReadLimits, read_records
+from flywheel.ingest.redaction import Redactor
 
 logger = logging.getLogger(__name__)
 SEARCH_TEXT_CHARS = 20_000
@@ -45,6 +47,7 @@ class IngestOptions:
     agent: str = ""  # for records that name no agent; DEFAULT_AGENT when empty
     source: str = ""  # the dedup namespace for ids; the agent's name when empty
     upload_id: UUID | None = None
+    redactor: Redactor | None = None
 
 
 @dataclass
@@ -61,6 +64,7 @@ class IngestReport:
     stored: int = 0
     duplicates: int = 0
     rejected: int = 0
+    redactions: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
     failure: str = ""
 
@@ -80,6 +84,8 @@ class IngestReport:
 
     def as_dict(self) -> dict[str, Any]:
         summary = {key: getattr(self, key) for key in ("read", "stored", "duplicates", "rejected", "errors")}
+        if self.redactions:
+            summary["redactions"] = self.redactions
         if self.failure:
             summary["failure"] = self.failure
         return summary
@@ -91,6 +97,7 @@ class _Pending:
     parsed: ParsedTrajectory
     source: str
     content_hash: str
+    redactions: int = 0
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -135,6 +142,7 @@ def records_ingest(
     batch: list[_Pending] = []
 
     def flush() -> None:
+        report.redactions += sum(pending.redactions for pending in batch)
         for result in _store_batch(batch, options, agents):
             report.add(result)
             if on_result:
@@ -162,18 +170,24 @@ def records_ingest(
 def _prepare(record: RawRecord, options: IngestOptions) -> _Pending | ItemResult:
     if record.value is None:
         return ItemResult(record.line, "rejected", reason=record.error or "unreadable record")
+    value, redactions = options.redactor.redact(record.value) if options.redactor else (record.value, 0)
     try:
-        parsed = parse_record(record.value, options.format, options.mapping)
-        agent_name = parsed.agent or options.agent or DEFAULT_AGENT
-        validate_slug(agent_name)
+        parsed = parse_record(value, options.format, options.mapping)
+        parsed.tools = tools_normalize(parsed.tools)
     except RecordError as exc:
         return ItemResult(record.line, "rejected", reason=str(exc))
+    except ValidationError as exc:
+        return ItemResult(record.line, "rejected", reason=f"tool schemas: {' '.join(exc.messages)}")
+    parsed.agent = parsed.agent or options.agent or DEFAULT_AGENT
+    try:
+        validate_slug(parsed.agent)
     except ValidationError:
-        return ItemResult(record.line, "rejected", reason=f"agent name {agent_name!r} must be letters, digits, - or _")
-    parsed.agent = agent_name
-    canonical = json.dumps(record.value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return ItemResult(
+            record.line, "rejected", reason=f"agent name {parsed.agent!r} must be letters, digits, - or _"
+        )
+    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     content_hash = hashlib.sha256(canonical.encode()).hexdigest()
-    return _Pending(record.line, parsed, options.source or agent_name, content_hash)
+    return _Pending(record.line, parsed, options.source or parsed.agent, content_hash, redactions)
 
 
 def _existing_keys(batch: list[_Pending]) -> dict[tuple[str, str, str], UUID]:
@@ -211,7 +225,19 @@ def _store_batch(batch: list[_Pending], options: IngestOptions, agents: dict[str
     except IntegrityError:
         # Another writer stored some of these meanwhile: fall back to one record at a time.
         results.update({pos: _store_one(p, tid, options, agents) for pos, p, tid in fresh})
+    _catalogues_from([pending for position, pending in enumerate(batch) if results[position].status == "stored"])
     return [results[position] for position in range(len(batch))]
+
+
+def _catalogues_from(stored: list[_Pending]) -> None:
+    declared: dict[str, list[dict[str, Any]]] = {}
+    observed: dict[str, Observed] = {}
+    for pending in stored:
+        if pending.parsed.tools:
+            declared.setdefault(pending.parsed.agent, []).extend(pending.parsed.tools)
+        else:
+            observe_calls(pending.parsed, observed.setdefault(pending.parsed.agent, {}))
+    catalogues_update(declared=declared, observed=observed)
 
 
 def _store_one(pending: _Pending, trajectory_id: UUID, options: IngestOptions, agents: dict[str, Agent]) -> ItemResult:
@@ -320,6 +346,15 @@ def _file_digest(file: UploadedFile) -> str:
     return digest.hexdigest()
 
 
+def redactor_build(*, patterns: Sequence[str], custom: Sequence[str]) -> Redactor | None:
+    if not patterns and not custom:
+        return None
+    try:
+        return Redactor.build(patterns, custom)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
+
+
 def ingest_options_validate(*, format: str, mapping: dict[str, str], agent_name: str, source: str) -> FieldMapping:
     if format not in FORMAT_CHOICES:
         raise ValidationError(f"unknown format {format!r}; choose one of {', '.join(FORMAT_CHOICES)}")
@@ -335,12 +370,21 @@ def ingest_options_validate(*, format: str, mapping: dict[str, str], agent_name:
 
 @transaction.atomic
 def upload_create(
-    *, user: User, file: UploadedFile, format: str, mapping: dict[str, str], agent_name: str = "", source: str = ""
+    *,
+    user: User,
+    file: UploadedFile,
+    format: str,
+    mapping: dict[str, str],
+    agent_name: str = "",
+    source: str = "",
+    redact_patterns: Sequence[str] = (),
+    redact_custom: Sequence[str] = (),
 ) -> Upload:
     """Store the file and queue it for processing on the `default` queue."""
     from flywheel.ingest.tasks import process_upload
 
     field_mapping = ingest_options_validate(format=format, mapping=mapping, agent_name=agent_name, source=source)
+    redactor_build(patterns=list(redact_patterns), custom=list(redact_custom))
     upload = Upload(
         uploaded_by=user,
         original_name=(file.name or "upload")[:255],
@@ -350,6 +394,8 @@ def upload_create(
         mapping=field_mapping.as_pairs(),
         agent_name=agent_name,
         source=source,
+        redact_patterns=list(redact_patterns),
+        redact_custom=list(redact_custom),
     )
     upload.file.save(f"{uuid4().hex}-{upload.original_name}"[-200:], file, save=False)
     upload.full_clean()
@@ -389,6 +435,7 @@ def _upload_run(upload: Upload) -> Upload:
         agent=upload.agent_name,
         source=upload.source,
         upload_id=upload.id,
+        redactor=redactor_build(patterns=upload.redact_patterns, custom=upload.redact_custom),
     )
     with upload.file.open("rb") as raw:
 
@@ -406,6 +453,6 @@ def _upload_run(upload: Upload) -> Upload:
 
 def _upload_save_counts(upload: Upload, report: IngestReport, *, bytes_read: int) -> None:
     upload.bytes_read = bytes_read
-    for name in ("read", "stored", "duplicates", "rejected", "errors"):
+    for name in ("read", "stored", "duplicates", "rejected", "errors", "redactions"):
         setattr(upload, name, getattr(report, name))
     upload.save()

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from flywheel.ingest import views
+from flywheel.ingest import api, views
 
 app_name = "ingest"
 
@@ -10,4 +10,5 @@ urlpatterns = [
     path("uploads/new/", views.upload_new, name="upload_new"),
     path("uploads/<uuid:upload_id>/", views.upload_detail, name="upload_detail"),
     path("uploads/<uuid:upload_id>/progress", views.upload_progress, name="upload_progress"),
+    path("api/v1/trajectories", api.trajectories, name="api_trajectories"),
 ]

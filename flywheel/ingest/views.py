@@ -94,6 +94,8 @@ def _upload_form(request: AuthedRequest) -> HttpResponse:
                 mapping=data["mapping"],
                 agent_name=data["agent"],
                 source=data["source"],
+                redact_patterns=data["redact"],
+                redact_custom=data["redact_custom"],
             )
         except ValidationError as exc:
             form.add_error(None, exc)

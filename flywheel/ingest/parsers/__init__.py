@@ -10,10 +10,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from flywheel.ingest.parsers import native, openai_chat
+from flywheel.ingest.parsers import native, openai_chat, responses
 from flywheel.ingest.parsers.base import FieldMapping, ParsedStep, ParsedTrajectory, RecordError
 
-PARSERS: dict[str, ModuleType] = {module.NAME: module for module in (native, openai_chat)}
+PARSERS: dict[str, ModuleType] = {module.NAME: module for module in (native, openai_chat, responses)}
 AUTO = "auto"
 FORMAT_CHOICES = [AUTO, *PARSERS]
 

@@ -72,6 +72,8 @@ class ParsedTrajectory:
     output_tokens: int | None = None
     cost: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Tool schemas the agent was offered, in whatever form the record had them (normalised on storage).
+    tools: list[Any] = field(default_factory=list)
 
 
 def outcome_from(value: Any) -> str:

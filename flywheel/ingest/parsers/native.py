@@ -53,7 +53,15 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
         output_tokens=tokens.get("output"),
         cost=optional_float(record, "cost"),
         metadata=metadata,
+        tools=_tools(record),
     )
+
+
+def _tools(record: dict[str, Any]) -> list[Any]:
+    tools = record.get("tools", [])
+    if not isinstance(tools, list):
+        raise RecordError("tools must be a list of tool schemas")
+    return tools
 
 
 def _tokens(holder: dict[str, Any], where: str) -> dict[str, int | None]:

@@ -47,6 +47,7 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
         outcome=outcome_from(record.get(mapping.outcome)),
         final_result=final,
         metadata=_metadata(record, mapping),
+        tools=record["tools"] if isinstance(record.get("tools"), list) else [],
     )
 
 

@@ -1,0 +1,112 @@
+"""The ingestion API: `POST /api/v1/trajectories`, a batch in, one result per item out (207).
+
+Like Langfuse's ingestion API: each item is stored, found to be a duplicate (a retried batch is
+harmless) or rejected with its reason, and one bad item never costs the others. The body is a JSON
+array, `{"batch": [...]}`, or JSON Lines, optionally gzipped; query parameters choose the format,
+agent, source, field mapping (`map=messages=traj`, repeated) and redaction (`redact=email,api_key`).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_POST
+
+from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.roles import Perm
+from flywheel.ingest.reader import FileProblem, RawRecord, decode_object, read_records
+from flywheel.ingest.services import (
+    IngestOptions,
+    ItemResult,
+    ingest_options_validate,
+    read_limits,
+    records_ingest,
+    redactor_build,
+)
+
+
+def _error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def _read_body(request: HttpRequest, limit: int) -> bytes | None:
+    """The body, or None when it is over `limit` (checked before and while reading)."""
+    if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
+        return None
+    body = request.read(limit + 1)
+    return None if len(body) > limit else body
+
+
+def _items(body: bytes) -> list[RawRecord]:
+    """The batch's items, numbered from 0; raises FileProblem when the body cannot be read at all."""
+    if body.lstrip()[:1] == b"{":
+        try:
+            value, _ = decode_object(body.decode("utf-8"), settings.INGEST_MAX_DEPTH)
+        except UnicodeDecodeError:
+            value = None  # read line by line below, so only the bad line is refused
+        if value is not None and isinstance(value.get("batch"), list):
+            return [_wrapped(index, item) for index, item in enumerate(value["batch"])]
+    records: Iterator[RawRecord] = read_records(io.BytesIO(body), read_limits())
+    return [RawRecord(index, record.value, record.error) for index, record in enumerate(records)]
+
+
+def _wrapped(index: int, item: Any) -> RawRecord:
+    if isinstance(item, dict):
+        return RawRecord(index, value=item)
+    return RawRecord(index, error=f"a JSON {type(item).__name__}, not an object")
+
+
+def options_from_query(request: HttpRequest) -> IngestOptions:
+    query = request.GET
+    pairs = dict(item.partition("=")[::2] for item in query.getlist("map"))
+    mapping = ingest_options_validate(
+        format=query.get("format", "auto"),
+        mapping=pairs,
+        agent_name=query.get("agent", ""),
+        source=query.get("source", ""),
+    )
+    patterns = query.get("redact", ",".join(settings.INGEST_REDACT_DEFAULT))
+    redactor = redactor_build(
+        patterns=[name for name in patterns.split(",") if name], custom=query.getlist("redact_pattern")
+    )
+    return IngestOptions(
+        format=query.get("format", "auto"),
+        mapping=mapping,
+        agent=query.get("agent", ""),
+        source=query.get("source", ""),
+        redactor=redactor,
+    )
+
+
+def _result_json(result: ItemResult) -> dict[str, Any]:
+    if result.status == "rejected":
+        return {"index": result.line, "status": "rejected", "error": result.reason}
+    return {"index": result.line, "status": result.status, "id": str(result.trajectory_id)}
+
+
+@permission_required(Perm.INGEST, api=True)
+@require_POST
+def trajectories(request: AuthedRequest) -> JsonResponse:
+    try:
+        options = options_from_query(request)
+    except ValidationError as exc:
+        return _error(400, " ".join(exc.messages))
+    body = _read_body(request, settings.API_MAX_BODY_BYTES)
+    if body is None:
+        return _error(413, f"the body is larger than {settings.API_MAX_BODY_BYTES} bytes")
+    try:
+        items = _items(body)
+    except FileProblem as problem:
+        return _error(400, f"the body cannot be read: {problem.reason}")
+    if len(items) > settings.API_MAX_BATCH_ITEMS:
+        return _error(413, f"the batch has {len(items)} items; at most {settings.API_MAX_BATCH_ITEMS} are accepted")
+    results: list[ItemResult] = []
+    report = records_ingest(records=items, options=options, on_result=results.append)
+    summary = {key: value for key, value in report.as_dict().items() if key != "errors"}
+    body_out = {"results": [_result_json(r) for r in sorted(results, key=lambda r: r.line)], "summary": summary}
+    return JsonResponse(body_out, status=207)
