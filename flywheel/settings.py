@@ -192,7 +192,7 @@ INGEST_MAX_UPLOAD_BYTES = env_int("INGEST_MAX_UPLOAD_BYTES", 1 << 30, minimum=1)
 INGEST_MAX_DECOMPRESSED_BYTES = env_int("INGEST_MAX_DECOMPRESSED_BYTES", 4 << 30, minimum=1)
 INGEST_MAX_RECORD_BYTES = env_int("INGEST_MAX_RECORD_BYTES", 16 << 20, minimum=1024)
 INGEST_MAX_DEPTH = env_int("INGEST_MAX_DEPTH", 64, minimum=4)
-INGEST_BATCH_SIZE = env_int("INGEST_BATCH_SIZE", 200, minimum=1)
+INGEST_BATCH_SIZE = env_int("INGEST_BATCH_SIZE", 500, minimum=1)
 INGEST_ERRORS_KEPT = 100
 # Redaction patterns ticked by default on the upload form and applied by default to API calls.
 INGEST_REDACT_DEFAULT = env_list("INGEST_REDACT_DEFAULT", [])

@@ -9,6 +9,7 @@ agent, source, field mapping (`map=messages=traj`, repeated) and redaction (`red
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,14 @@ from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.roles import Perm
-from flywheel.ingest.reader import FileProblem, RawRecord, decode_object, read_records
+from flywheel.ingest.reader import (
+    NUL_ESCAPE,
+    NUL_REASON,
+    FileProblem,
+    RawRecord,
+    decode_object_allowing_nul,
+    read_records,
+)
 from flywheel.ingest.services import (
     IngestOptions,
     ItemResult,
@@ -46,7 +54,7 @@ def _items(body: bytes) -> list[RawRecord]:
     """The batch's items, numbered from 0; raises FileProblem when the body cannot be read at all."""
     if body.lstrip()[:1] == b"{":
         try:
-            value, _ = decode_object(body.decode("utf-8"), settings.INGEST_MAX_DEPTH)
+            value, _ = decode_object_allowing_nul(body.decode("utf-8"), settings.INGEST_MAX_DEPTH)
         except UnicodeDecodeError:
             value = None  # read line by line below, so only the bad line is refused
         if value is not None and isinstance(value.get("batch"), list):
@@ -57,6 +65,8 @@ def _items(body: bytes) -> list[RawRecord]:
 
 def _wrapped(index: int, item: Any) -> RawRecord:
     if isinstance(item, dict):
+        if NUL_ESCAPE in json.dumps(item):
+            return RawRecord(index, error=NUL_REASON)
         return RawRecord(index, value=item)
     return RawRecord(index, error=f"a JSON {type(item).__name__}, not an object")
 

@@ -70,19 +70,31 @@ def value_problem(value: Any, max_depth: int) -> str | None:
         return f"a JSON {kind}, not an object"
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
-        item, depth = stack.pop()
-        if isinstance(item, _RejectedValue):
-            return item.reason
-        if isinstance(item, dict | list):
-            if depth > max_depth:
-                return f"nesting deeper than {max_depth} levels"
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+        container, depth = stack.pop()
+        if depth > max_depth:
+            return f"nesting deeper than {max_depth} levels"
+        for child in container.values() if type(container) is dict else container:
+            child_type = type(child)
+            if child_type is dict or child_type is list:
+                stack.append((child, depth + 1))
+            elif child_type is _RejectedValue:
+                return child.reason
     return None
+
+
+NUL_ESCAPE = "\\u0000"
+NUL_REASON = "the record contains a NUL character (\\u0000), which PostgreSQL cannot store"
 
 
 def decode_object(text: str, max_depth: int) -> tuple[dict[str, Any] | None, str | None]:
     """One JSON object from text: (value, None) or (None, reason)."""
+    if NUL_ESCAPE in text:
+        return None, NUL_REASON
+    return decode_object_allowing_nul(text, max_depth)
+
+
+def decode_object_allowing_nul(text: str, max_depth: int) -> tuple[dict[str, Any] | None, str | None]:
+    """As decode_object, for a container whose items are checked for NUL one by one."""
     try:
         value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
@@ -268,6 +280,6 @@ def _array_item(cursor: _ArrayCursor, limits: ReadLimits) -> RawRecord:
                 raise FileProblem(f"not valid JSON: {exc.msg} (the array cannot be read past it)", line) from exc
         except RecursionError as exc:
             raise FileProblem(f"nesting deeper than {limits.max_depth} levels", line) from exc
+    problem = NUL_REASON if NUL_ESCAPE in cursor.text[cursor.pos : end] else value_problem(value, limits.max_depth)
     cursor.advance(end)
-    problem = value_problem(value, limits.max_depth)
     return RawRecord(line, value=None if problem else value, error=problem)

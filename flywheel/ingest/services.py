@@ -23,7 +23,6 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from flywheel.core.db import bulk_insert
@@ -185,22 +184,34 @@ def _prepare(record: RawRecord, options: IngestOptions) -> _Pending | ItemResult
         return ItemResult(
             record.line, "rejected", reason=f"agent name {parsed.agent!r} must be letters, digits, - or _"
         )
-    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    content_hash = hashlib.sha256(canonical.encode()).hexdigest()
+    # Only records without an id dedupe on content; hashing the others would be wasted work.
+    content_hash = "" if parsed.external_id else _content_hash(value)
     return _Pending(record.line, parsed, options.source or parsed.agent, content_hash, redactions)
 
 
+def _content_hash(record: dict[str, Any]) -> str:
+    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def _existing_keys(batch: list[_Pending]) -> dict[tuple[str, str, str], UUID]:
-    condition = Q(pk__in=[])
+    ids_by_source: dict[str, list[str]] = {}
+    hashes: list[str] = []
     for pending in batch:
         kind, source, value = pending.key
-        condition |= Q(source=source, external_id=value) if kind == "id" else Q(external_id="", content_hash=value)
-    found: dict[tuple[str, str, str], UUID] = {}
-    for row in Trajectory.objects.filter(condition).values("id", "source", "external_id", "content_hash"):
-        if row["external_id"]:
-            found[("id", row["source"], row["external_id"])] = row["id"]
+        if kind == "id":
+            ids_by_source.setdefault(source, []).append(value)
         else:
-            found[("hash", "", row["content_hash"])] = row["id"]
+            hashes.append(value)
+    found: dict[tuple[str, str, str], UUID] = {}
+    for source, ids in ids_by_source.items():
+        for external_id, pk in Trajectory.objects.filter(source=source, external_id__in=ids).values_list(
+            "external_id", "id"
+        ):
+            found[("id", source, external_id)] = pk
+    if hashes:
+        rows = Trajectory.objects.filter(external_id="", content_hash__in=hashes).values_list("content_hash", "id")
+        found.update({("hash", "", content_hash): pk for content_hash, pk in rows})
     return found
 
 
@@ -252,7 +263,8 @@ def _store_one(pending: _Pending, trajectory_id: UUID, options: IngestOptions, a
 
 def _insert(fresh: list[tuple[int, _Pending, UUID]], options: IngestOptions, agents: dict[str, Agent]) -> None:
     now = timezone.now()
-    trajectories, steps = [], []
+    trajectories: list[dict[str, Any]] = []
+    steps: list[dict[str, Any]] = []
     for offset, (_, pending, trajectory_id) in enumerate(fresh):
         # A microsecond apart, so the list (newest first) keeps the order of the file.
         ingested_at = now + timedelta(microseconds=offset)
@@ -264,48 +276,48 @@ def _insert(fresh: list[tuple[int, _Pending, UUID]], options: IngestOptions, age
 
 def _trajectory_row(
     pending: _Pending, trajectory_id: UUID, agent: Agent, options: IngestOptions, ingested_at: datetime
-) -> Trajectory:
+) -> dict[str, Any]:
     parsed = pending.parsed
-    return Trajectory(
-        id=trajectory_id,
-        agent=agent,
-        upload_id=options.upload_id,
-        source=pending.source,
-        external_id=parsed.external_id,
-        content_hash=pending.content_hash,
-        model_version=parsed.model_version,
-        outcome=parsed.outcome,
-        final_result=parsed.final_result,
-        started_at=parsed.started_at,
-        duration_ms=parsed.duration_ms,
-        input_tokens=parsed.input_tokens,
-        output_tokens=parsed.output_tokens,
-        cost=parsed.cost,
-        metadata=parsed.metadata,
-        step_count=len(parsed.steps),
-        has_error=any(step.is_error for step in parsed.steps),
-        search_text=_search_text(parsed),
-        ingested_at=ingested_at,
-    )
+    return {
+        "id": trajectory_id,
+        "agent_id": agent.pk,
+        "upload_id": options.upload_id,
+        "source": pending.source,
+        "external_id": parsed.external_id,
+        "content_hash": pending.content_hash,
+        "model_version": parsed.model_version,
+        "outcome": parsed.outcome,
+        "final_result": parsed.final_result,
+        "started_at": parsed.started_at,
+        "duration_ms": parsed.duration_ms,
+        "input_tokens": parsed.input_tokens,
+        "output_tokens": parsed.output_tokens,
+        "cost": parsed.cost,
+        "metadata": parsed.metadata,
+        "step_count": len(parsed.steps),
+        "has_error": any(step.is_error for step in parsed.steps),
+        "search_text": _search_text(parsed),
+        "ingested_at": ingested_at,
+    }
 
 
-def _step_rows(parsed: ParsedTrajectory, trajectory_id: UUID) -> list[Step]:
+def _step_rows(parsed: ParsedTrajectory, trajectory_id: UUID) -> list[dict[str, Any]]:
     return [
-        Step(
-            trajectory_id=trajectory_id,
-            index=index,
-            kind=step.kind,
-            text=step.text,
-            tool_name=step.tool_name,
-            tool_arguments=step.tool_arguments,
-            tool_arguments_raw=step.tool_arguments_raw,
-            tool_call_id=step.tool_call_id,
-            is_error=step.is_error,
-            latency_ms=step.latency_ms,
-            input_tokens=step.input_tokens,
-            output_tokens=step.output_tokens,
-            metadata=step.metadata,
-        )
+        {
+            "trajectory_id": trajectory_id,
+            "index": index,
+            "kind": step.kind,
+            "text": step.text,
+            "tool_name": step.tool_name,
+            "tool_arguments": step.tool_arguments,
+            "tool_arguments_raw": step.tool_arguments_raw,
+            "tool_call_id": step.tool_call_id,
+            "is_error": step.is_error,
+            "latency_ms": step.latency_ms,
+            "input_tokens": step.input_tokens,
+            "output_tokens": step.output_tokens,
+            "metadata": step.metadata,
+        }
         for index, step in enumerate(parsed.steps)
     ]
 

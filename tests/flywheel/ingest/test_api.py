@@ -29,12 +29,13 @@ def native(external_id: str, text: str = "hello") -> dict:
 
 
 def test_a_batch_gets_one_result_per_item_and_a_retry_is_all_duplicates(client, reviewer_token):
-    body = json.dumps({"batch": [native("a"), native("b"), {"steps": "nope"}, [1]]})
+    body = json.dumps({"batch": [native("a"), native("b"), {"steps": "nope"}, [1], native("c", "nul \u0000")]})
     response = post(client, reviewer_token, body)
     assert response.status_code == 207
     results = response.json()["results"]
-    assert [r["status"] for r in results] == ["stored", "stored", "rejected", "rejected"]
-    assert [r["index"] for r in results] == [0, 1, 2, 3]
+    assert [r["status"] for r in results] == ["stored", "stored", "rejected", "rejected", "rejected"]
+    assert [r["index"] for r in results] == [0, 1, 2, 3, 4]
+    assert "NUL character" in results[4]["error"]
     assert "cannot tell the format" in results[2]["error"] and "not an object" in results[3]["error"]
     retry = post(client, reviewer_token, body).json()["results"]
     assert [r["status"] for r in retry[:2]] == ["duplicate", "duplicate"]

@@ -117,3 +117,13 @@ def test_gzip_decompression_stops_at_the_cap():
 def test_a_corrupt_gzip_stream_is_a_file_problem():
     with pytest.raises(FileProblem, match="gzip stream is corrupt or truncated"):
         read(gzip.compress(b'{"a": 1}\n' * 100)[:-12])
+
+
+def test_it_rejects_a_nul_character_that_postgresql_cannot_store():
+    assert errors(b'{"a": "x\\u0000y"}\n{"b": 1}\n') == {
+        1: "the record contains a NUL character (\\u0000), which PostgreSQL cannot store"
+    }
+    assert [error for _, _, error in read(b'[{"a": "\\u0000"}, {"b": 1}]')] == [
+        "the record contains a NUL character (\\u0000), which PostgreSQL cannot store",
+        None,
+    ]
