@@ -6,9 +6,11 @@ from django.urls import include, path
 
 from flywheel.core import views as core_views
 from flywheel.core.access import public
+from flywheel.ingest import api as ingest_api
 
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
+    path("v1/traces", ingest_api.otlp_traces, name="otlp_traces"),
     path("accounts/login/", public(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", public(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),

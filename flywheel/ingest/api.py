@@ -15,11 +15,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.roles import Perm
+from flywheel.ingest import otlp, services
 from flywheel.ingest.reader import (
     NUL_ESCAPE,
     NUL_REASON,
@@ -97,6 +98,55 @@ def _result_json(result: ItemResult) -> dict[str, Any]:
     if result.status == "rejected":
         return {"index": result.line, "status": "rejected", "error": result.reason}
     return {"index": result.line, "status": result.status, "id": str(result.trajectory_id)}
+
+
+def _otlp_response(request: HttpRequest, rejected_spans: int, message: str) -> HttpResponse:
+    """ExportTraceServiceResponse, encoded like the request, with partial success when spans were refused."""
+    if request.content_type == "application/x-protobuf":
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        response = ExportTraceServiceResponse()
+        if rejected_spans:
+            response.partial_success.rejected_spans = rejected_spans
+            response.partial_success.error_message = message
+        return HttpResponse(response.SerializeToString(), content_type="application/x-protobuf")
+    body = {"partialSuccess": {"rejectedSpans": rejected_spans, "errorMessage": message}} if rejected_spans else {}
+    return JsonResponse(body)
+
+
+@permission_required(Perm.INGEST, api=True)
+@require_POST
+def otlp_traces(request: AuthedRequest) -> HttpResponse:
+    """OTLP/HTTP trace export (protobuf or JSON): GenAI spans become trajectories, trace by trace."""
+    body = _read_body(request, settings.API_MAX_BODY_BYTES)
+    if body is None:
+        return _error(413, f"the body is larger than {settings.API_MAX_BODY_BYTES} bytes")
+    if request.headers.get("Content-Encoding", "").lower() == "gzip":
+        body = _gunzip(body, settings.API_MAX_BODY_BYTES * 10)
+        if body is None:
+            return _error(400, "the gzip body is corrupt or decompresses past the limit")
+    try:
+        spans = otlp.spans_from_body(body, request.content_type or "")
+    except otlp.ExportError as exc:
+        return _error(400, str(exc))
+    redactor = redactor_build(patterns=settings.INGEST_REDACT_DEFAULT, custom=[])
+    options = IngestOptions(format="otlp", source=otlp.SOURCE, redactor=redactor)
+    results = services.traces_assemble(trace_ids=otlp.spans_store(spans), options=options)
+    refused = [result.reason for result in results if result.status == "rejected"]
+    refused_traces = {reason.split(":", 1)[0].removeprefix("trace ") for reason in refused}
+    rejected_spans = sum(1 for span in spans if span["trace_id"] in refused_traces)
+    return _otlp_response(request, rejected_spans, "; ".join(refused)[:1000])
+
+
+def _gunzip(body: bytes, cap: int) -> bytes | None:
+    import zlib
+
+    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = decompressor.decompress(body, cap + 1)
+    except zlib.error:
+        return None
+    return None if len(data) > cap or not decompressor.eof else data
 
 
 @permission_required(Perm.INGEST, api=True)

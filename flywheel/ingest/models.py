@@ -121,6 +121,21 @@ class Trajectory(UUIDModel):
         return self.external_id or str(self.id)
 
 
+class OtlpSpan(models.Model):
+    """A span received over OTLP, kept so a trace sent over several exports is assembled whole."""
+
+    trace_id = models.CharField(max_length=32, db_index=True)
+    span_id = models.CharField(max_length=16)
+    payload = models.JSONField()
+    received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["trace_id", "span_id"], name="otlp_span_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.trace_id}/{self.span_id}"
+
+
 class Step(models.Model):
     trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
     index = models.IntegerField()

@@ -331,6 +331,38 @@ def _search_text(parsed: ParsedTrajectory) -> str:
     return "\n".join(part for part in parts if part)[:SEARCH_TEXT_CHARS]
 
 
+def traces_assemble(*, trace_ids: Iterable[str], options: IngestOptions) -> list[ItemResult]:
+    """Assemble each trace from all its stored spans; store it, or refresh its trajectory in place."""
+    from flywheel.ingest.otlp import trace_record
+
+    agents: dict[str, Agent] = {}
+    results = []
+    for trace_id in sorted(trace_ids):
+        prepared = _prepare(RawRecord(0, trace_record(trace_id)), options)
+        if isinstance(prepared, ItemResult):
+            results.append(ItemResult(0, "rejected", reason=f"trace {trace_id}: {prepared.reason}"))
+            continue
+        existing = Trajectory.objects.filter(source=prepared.source, external_id=trace_id).first()
+        if existing is None:
+            results += _store_batch([prepared], options, agents)
+        else:
+            results.append(_trajectory_refresh(existing, prepared, agents))
+    return results
+
+
+@transaction.atomic
+def _trajectory_refresh(trajectory: Trajectory, pending: _Pending, agents: dict[str, Agent]) -> ItemResult:
+    agents.setdefault(pending.parsed.agent, agent_ensure(name=pending.parsed.agent))
+    row = _trajectory_row(pending, trajectory.id, agents[pending.parsed.agent], IngestOptions(), trajectory.ingested_at)
+    for name in ("id", "upload_id", "ingested_at"):
+        row.pop(name)
+    Trajectory.objects.filter(pk=trajectory.pk).update(**row)
+    Step.objects.filter(trajectory=trajectory).delete()
+    bulk_insert(Step, _step_rows(pending.parsed, trajectory.id))
+    _catalogues_from([pending])
+    return ItemResult(pending.line, "stored", trajectory.id)
+
+
 def agent_ensure(*, name: str) -> Agent:
     """The agent with this name, created (tool catalogue to be inferred) when it is new."""
     agent = Agent.objects.filter(name=name).first()

@@ -10,10 +10,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from flywheel.ingest.parsers import native, openai_chat, responses
+from flywheel.ingest.parsers import native, openai_chat, otlp, responses
 from flywheel.ingest.parsers.base import FieldMapping, ParsedStep, ParsedTrajectory, RecordError
 
+# The formats people upload and post; `otlp` records are assembled by the OTLP endpoint itself.
 PARSERS: dict[str, ModuleType] = {module.NAME: module for module in (native, openai_chat, responses)}
+BY_NAME: dict[str, ModuleType] = {**PARSERS, otlp.NAME: otlp}
 AUTO = "auto"
 FORMAT_CHOICES = [AUTO, *PARSERS]
 
@@ -22,7 +24,7 @@ __all__ = ["FORMAT_CHOICES", "PARSERS", "FieldMapping", "ParsedStep", "ParsedTra
 
 def parse_record(record: dict[str, Any], format_name: str, mapping: FieldMapping) -> ParsedTrajectory:
     if format_name != AUTO:
-        return PARSERS[format_name].parse(record, mapping)
+        return BY_NAME[format_name].parse(record, mapping)
     for parser in PARSERS.values():
         if parser.detect(record, mapping):
             return parser.parse(record, mapping)

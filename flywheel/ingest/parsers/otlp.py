@@ -1,0 +1,248 @@
+"""OpenTelemetry GenAI spans of one trace, assembled into a trajectory.
+
+A record here is `{"trace_id", "resource": {attributes}, "spans": [span, ...]}` with spans as
+`flywheel.ingest.otlp` normalises them from OTLP (JSON or protobuf). Spans are read in start
+order, following the GenAI semantic conventions:
+
+- `chat` (and other inference) spans: the first one's `gen_ai.system_instructions` and
+  `gen_ai.input.messages` open the conversation; later ones add only what follows the last
+  assistant message of their input (the new user turn, tool responses); every one adds its
+  `gen_ai.output.messages` (text and `tool_call` parts), with `gen_ai.usage.*` tokens and the
+  span's duration as latency. `gen_ai.tool.definitions` become the agent's declared tools.
+- `execute_tool` spans: a `tool_result` step from `gen_ai.tool.call.result` (an error status marks
+  it failed), preceded by its `tool_call` when no chat output announced that call.
+
+The agent is `flywheel.agent`, else `gen_ai.agent.name`, else the resource's `service.name`; the
+model version tag is `flywheel.model_version` (resource or span), else `service.version`; the
+outcome is `flywheel.outcome` on any span, else failure when a span has an error status. Spans
+that are not GenAI spans, and attributes nothing reads, are kept as metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils.text import slugify
+
+from flywheel.ingest.parsers.base import (
+    FieldMapping,
+    ParsedStep,
+    ParsedTrajectory,
+    RecordError,
+    arguments_from,
+    outcome_from,
+    text_from,
+)
+
+NAME = "otlp"
+STATUS_ERROR = 2
+TOOL_SPAN = "execute_tool"
+INFERENCE_SPANS = {"chat", "text_completion", "generate_content", "invoke_agent"}
+READ_ATTRIBUTES = {
+    "gen_ai.operation.name", "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
+    "gen_ai.tool.definitions", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+    "flywheel.outcome", "flywheel.model_version", "flywheel.agent", "gen_ai.request.model", "gen_ai.response.model",
+}  # fmt: skip
+ROLE_KINDS = {"system": "system", "user": "user", "assistant": "assistant"}
+
+
+def detect(record: dict[str, Any], mapping: FieldMapping) -> bool:
+    return isinstance(record.get("spans"), list) and "trace_id" in record
+
+
+def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
+    spans = sorted(record.get("spans") or [], key=lambda span: span["start_ns"])
+    if not spans:
+        raise RecordError("the trace has no spans")
+    resource = record.get("resource") or {}
+    assembly = _Assembly()
+    for span in spans:
+        assembly.add(span)
+    if not assembly.steps:
+        raise RecordError("the trace has no GenAI spans (gen_ai.operation.name) to build a trajectory from")
+    every = [resource, *(span["attributes"] for span in spans)]
+    start, end = spans[0]["start_ns"], max(span["end_ns"] for span in spans)
+    return ParsedTrajectory(
+        steps=assembly.steps,
+        external_id=record["trace_id"],
+        agent=slugify(_first(every, "flywheel.agent", "gen_ai.agent.name") or resource.get("service.name") or "")[:100],
+        model_version=str(_first(every, "flywheel.model_version") or resource.get("service.version") or "")[:100],
+        outcome=_outcome(spans),
+        final_result=next((s.text for s in reversed(assembly.steps) if s.kind == "assistant" and s.text), ""),
+        started_at=datetime.fromtimestamp(start / 1e9, tz=UTC),
+        duration_ms=int((end - start) / 1e6),
+        input_tokens=assembly.input_tokens or None,
+        output_tokens=assembly.output_tokens or None,
+        metadata={"resource": resource, "other_spans": assembly.other_spans, "models": sorted(assembly.models)},
+        tools=assembly.tools,
+    )
+
+
+def _first(attribute_sets: list[dict[str, Any]], *names: str) -> Any:
+    for name in names:
+        for attributes in attribute_sets:
+            if attributes.get(name) not in (None, ""):
+                return attributes[name]
+    return None
+
+
+def _outcome(spans: list[dict[str, Any]]) -> str:
+    declared = _first([span["attributes"] for span in spans], "flywheel.outcome")
+    if declared is not None:
+        return outcome_from(declared)
+    return "failure" if any(span["status_code"] == STATUS_ERROR for span in spans) else "unknown"
+
+
+def _json_attribute(attributes: dict[str, Any], name: str) -> Any:
+    value = attributes.get(name)
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise RecordError(f"span attribute {name} is not valid JSON") from None
+    return value
+
+
+class _Assembly:
+    """Steps built span by span, remembering which calls and results were already seen."""
+
+    def __init__(self) -> None:
+        self.steps: list[ParsedStep] = []
+        self.tools: list[Any] = []
+        self.other_spans: list[dict[str, Any]] = []
+        self.models: set[str] = set()
+        self.calls_seen: set[str] = set()
+        self.results_seen: set[str] = set()
+        self.input_tokens = self.output_tokens = 0
+        self.opened = False
+
+    def add(self, span: dict[str, Any]) -> None:
+        attributes = span["attributes"]
+        operation = attributes.get("gen_ai.operation.name")
+        if operation == TOOL_SPAN:
+            self._tool_span(span)
+        elif operation in INFERENCE_SPANS:
+            self._inference_span(span)
+        else:
+            self.other_spans.append({"name": span["name"], "duration_ms": _duration_ms(span)})
+
+    def _inference_span(self, span: dict[str, Any]) -> None:
+        attributes = span["attributes"]
+        self.models.update(
+            str(attributes[key]) for key in ("gen_ai.request.model", "gen_ai.response.model") if attributes.get(key)
+        )
+        if isinstance(tools := _json_attribute(attributes, "gen_ai.tool.definitions"), list):
+            self.tools = tools
+        inputs = _json_attribute(attributes, "gen_ai.input.messages") or []
+        if not self.opened:
+            instructions = _json_attribute(attributes, "gen_ai.system_instructions")
+            if instructions:
+                self.steps.append(ParsedStep("system", text=_parts_text(instructions)))
+            new_inputs, self.opened = inputs, True
+        else:
+            last_assistant = max((i for i, m in enumerate(inputs) if m.get("role") == "assistant"), default=-1)
+            new_inputs = inputs[last_assistant + 1 :]
+        for message in new_inputs:
+            self._message(message, span)
+        outputs = _json_attribute(attributes, "gen_ai.output.messages") or []
+        first_output = len(self.steps)
+        for message in outputs:
+            self._message(message, span)
+        input_tokens, output_tokens = (
+            _int(attributes, "gen_ai.usage.input_tokens"),
+            _int(attributes, "gen_ai.usage.output_tokens"),
+        )
+        self.input_tokens += input_tokens or 0
+        self.output_tokens += output_tokens or 0
+        if len(self.steps) > first_output:
+            step = self.steps[first_output]
+            step.latency_ms, step.input_tokens, step.output_tokens = _duration_ms(span), input_tokens, output_tokens
+            step.metadata = _unread(attributes)
+
+    def _message(self, message: Any, span: dict[str, Any]) -> None:
+        if not isinstance(message, dict) or not isinstance(message.get("parts", []), list):
+            raise RecordError(f"span {span['name']!r} has a message that is not {{role, parts}}")
+        role, texts = message.get("role"), []
+        for part in message.get("parts", []):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "tool_call":
+                self._call(str(part.get("id") or ""), str(part.get("name") or ""), part.get("arguments"))
+            elif kind == "tool_call_response":
+                self._result(str(part.get("id") or ""), "", text_from(_as_text(part.get("response"))), False, None)
+            elif kind in ("text", "reasoning") and part.get("content"):
+                texts.append(str(part["content"]))
+        if texts and role in ROLE_KINDS:
+            self.steps.append(ParsedStep(ROLE_KINDS[role], text="\n".join(texts)))
+
+    def _call(self, call_id: str, name: str, arguments: Any) -> None:
+        if call_id and call_id in self.calls_seen:
+            return
+        self.calls_seen.add(call_id)
+        parsed, raw = arguments_from(arguments)
+        self.steps.append(
+            ParsedStep(
+                "tool_call",
+                tool_name=name[:200],
+                tool_arguments=parsed,
+                tool_arguments_raw=raw,
+                tool_call_id=call_id[:200],
+            )
+        )
+
+    def _result(self, call_id: str, name: str, text: str, is_error: bool, latency_ms: int | None) -> None:
+        if call_id and call_id in self.results_seen:
+            return
+        self.results_seen.add(call_id)
+        self.steps.append(
+            ParsedStep(
+                "tool_result",
+                text=text,
+                tool_name=name[:200],
+                tool_call_id=call_id[:200],
+                is_error=is_error,
+                latency_ms=latency_ms,
+            )
+        )
+
+    def _tool_span(self, span: dict[str, Any]) -> None:
+        attributes = span["attributes"]
+        call_id, name = (
+            str(attributes.get("gen_ai.tool.call.id") or span["span_id"]),
+            str(attributes.get("gen_ai.tool.name") or ""),
+        )
+        self._call(call_id, name, attributes.get("gen_ai.tool.call.arguments"))
+        error = span["status_code"] == STATUS_ERROR
+        result = _as_text(attributes.get("gen_ai.tool.call.result")) or (span.get("status_message") if error else "")
+        self._result(call_id, name, result or "", error, _duration_ms(span))
+        for step in reversed(self.steps):
+            if step.kind == "tool_result" and step.tool_call_id == call_id[:200]:
+                step.tool_name, step.metadata = name[:200], _unread(attributes)
+                break
+
+
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _parts_text(instructions: Any) -> str:
+    if isinstance(instructions, list):
+        return "\n".join(str(part.get("content", "")) for part in instructions if isinstance(part, dict))
+    return _as_text(instructions)
+
+
+def _int(attributes: dict[str, Any], name: str) -> int | None:
+    value = attributes.get(name)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _duration_ms(span: dict[str, Any]) -> int:
+    return max(0, int((span["end_ns"] - span["start_ns"]) / 1e6))
+
+
+def _unread(attributes: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in attributes.items() if key not in READ_ATTRIBUTES}
