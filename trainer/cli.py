@@ -94,7 +94,14 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
-    evaluate = sub.add_parser("eval", help="evaluate a model on a task snapshot (job protocol: JSON events on stdout)")
+    from trainer.evaluate import EvalConfig
+    from trainer.jobs import config_help
+
+    fields = "\n".join(f"  {name}: {text}" for name, text in config_help(EvalConfig).items())
+    evaluate = sub.add_parser(
+        "eval", help="evaluate a model on a task snapshot (job protocol: JSON events on stdout)",
+        epilog=f"hyperparameters in the spec:\n{fields}", formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     evaluate.add_argument("--spec", required=True, help="run.json: a RunSpec of kind eval (see docs/trainer.md)")
     evaluate.set_defaults(handler=_eval)
 

@@ -9,33 +9,48 @@ from typing import Any, cast
 
 from django.db import connections, models, router
 
+COPY_CHUNK_ROWS = 1000
+
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 Encoder = Callable[[Any], str]
 
 
-def _nullable(encode: Encoder) -> Encoder:
-    return lambda value: "\\N" if value is None else encode(value)
+NULL = "\\N"
 
 
 def _text(value: Any) -> str:
-    return value.translate(_COPY_ESCAPES)
+    return NULL if value is None else value.translate(_COPY_ESCAPES)
 
 
 def _json(value: Any) -> str:
+    if value is None:
+        return NULL
     return "{}" if value == {} else json.dumps(value, ensure_ascii=False).translate(_COPY_ESCAPES)
+
+
+def _boolean(value: Any) -> str:
+    return NULL if value is None else ("t" if value else "f")
+
+
+def _timestamp(value: Any) -> str:
+    return NULL if value is None else value.isoformat()
+
+
+def _plain(value: Any) -> str:
+    return NULL if value is None else str(value)  # numbers and UUIDs print as PostgreSQL reads them
 
 
 def _field_encoder(field: models.Field) -> Encoder:
     """How one column's values are written in COPY's text format, chosen once per field."""
     if isinstance(field, models.JSONField):
-        return _nullable(_json)
+        return _json
     if isinstance(field, models.BooleanField):
-        return _nullable(lambda value: "t" if value else "f")
+        return _boolean
     if isinstance(field, models.DateTimeField):
-        return _nullable(lambda value: value.isoformat())
+        return _timestamp
     if isinstance(field, models.CharField | models.TextField):
-        return _nullable(_text)
-    return _nullable(str)  # numbers and UUIDs (keys included) print as PostgreSQL reads them
+        return _text
+    return _plain
 
 
 @cache
@@ -65,6 +80,8 @@ def bulk_insert(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> No
     names = ", ".join(column for _, column, _ in columns)
     sql = f"COPY {connection.ops.quote_name(model._meta.db_table)} ({names}) FROM STDIN"
     # The raw psycopg cursor gives COPY; the wrapper turns its errors into Django's (IntegrityError...).
+    # Sent in chunks, so the server digests one while the next is encoded.
     with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
-        lines = ("\t".join([encode(row[name]) for name, _, encode in columns]) for row in rows)
-        copy.write("\n".join(lines) + "\n")
+        for start in range(0, len(rows), COPY_CHUNK_ROWS):
+            chunk = rows[start : start + COPY_CHUNK_ROWS]
+            copy.write("".join(["\t".join([encode(row[name]) for name, _, encode in columns]) + "\n" for row in chunk]))
