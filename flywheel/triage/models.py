@@ -9,13 +9,13 @@ from flywheel.core.models import TimestampedModel
 
 # The guide's failure modes, in its order; created by a data migration and never deleted.
 BUILT_IN_BUCKETS: list[tuple[str, str, str, str]] = [
-    ("format_error", "Format error", "The output or a tool call is malformed: invalid JSON, missing arguments.", "#e8590c"),
+    ("format_error", "Format error", "Malformed output or tool call: invalid JSON, missing arguments.", "#e8590c"),
     ("wrong_tool", "Wrong tool", "A tool was called that does not serve the request.", "#f59f00"),
     ("bad_planning", "Bad planning", "Steps in the wrong order, redundant or missing steps.", "#7048e8"),
     ("unsafe_action", "Unsafe action", "An action the policy forbids or that needed confirmation first.", "#c92a2a"),
     ("retrieval_failure", "Retrieval failure", "The needed information was not found or was ignored.", "#1c7ed6"),
     ("hallucinated_api", "Hallucinated API", "A call to a tool or argument that does not exist.", "#d6336c"),
-    ("incomplete_execution", "Incomplete execution", "The task was left unfinished, often after a tool error.", "#495057"),
+    ("incomplete_execution", "Incomplete execution", "Left unfinished, often after a tool error.", "#495057"),
 ]
 
 
