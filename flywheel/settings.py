@@ -182,6 +182,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
 
+# The third-party data (BFCL, WorkBench, NeMo Gym, tau-bench) the importers and the demo read.
+SHARED_EXTERNAL_DIR = Path(env_str("SHARED_EXTERNAL_DIR", str(BASE_DIR.parent / "shared" / "external")))
+
 # The demo logins file; read by `make demo` and never used in production.
 DEMO_LOGINS_FILE = VAR_DIR / "demo-logins.json"
 HEALTHZ_TIMEOUT_SECONDS = env_int("HEALTHZ_TIMEOUT_SECONDS", 3, minimum=1)

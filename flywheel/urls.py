@@ -16,5 +16,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("flywheel.dashboards.urls")),
     path("", include("flywheel.ingest.urls")),
+    path("", include("flywheel.datasets.urls")),
     path("", include("flywheel.core.urls")),
 ]

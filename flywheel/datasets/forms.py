@@ -1,0 +1,67 @@
+"""Forms of the datasets app: task filters and the task editor (content as JSON, validated by the service)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from flywheel.datasets.models import Environment, SourceKind, Split
+from flywheel.datasets.selectors import TaskFilters
+from trainer.contracts import ContractError, Task
+
+
+def _choices(options: Any) -> list[tuple[str, str]]:
+    return [("", "any"), *options.choices]
+
+
+class TaskFilterForm(forms.Form):
+    split = forms.ChoiceField(required=False, choices=_choices(Split))
+    bucket = forms.SlugField(required=False)
+    source_kind = forms.ChoiceField(required=False, choices=_choices(SourceKind), label="Source")
+    environment = forms.ChoiceField(required=False, choices=_choices(Environment))
+    agent = forms.CharField(required=False, max_length=100)
+    q = forms.CharField(required=False, max_length=200, label="Text")
+
+    def filters(self) -> TaskFilters:
+        data = self.cleaned_data if self.is_valid() else {}
+        return TaskFilters(
+            split=data.get("split", ""), bucket=data.get("bucket", ""), source_kind=data.get("source_kind", ""),
+            environment=data.get("environment", ""), agent=data.get("agent", ""), text=data.get("q", "").strip(),
+        )  # fmt: skip
+
+
+class TaskEditForm(forms.Form):
+    split = forms.ChoiceField(choices=Split.choices)
+    messages = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 8, "class": "code"}), help_text="OpenAI chat messages."
+    )
+    expected_calls = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 6, "class": "code"}),
+        help_text='[{"name": ..., "arguments": {"arg": [accepted values...]}}]; "" among values: may be omitted.',
+    )
+    no_call_expected = forms.BooleanField(required=False)
+    order_sensitive = forms.BooleanField(required=False)
+    note = forms.CharField(required=False, max_length=500, help_text="Why this change.")
+
+    def __init__(self, *args: Any, base: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.base = base
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        try:
+            content = {
+                **self.base,
+                "messages": json.loads(data.get("messages") or "null"),
+                "expected_calls": json.loads(data.get("expected_calls") or "null"),
+                "no_call_expected": data.get("no_call_expected", False),
+                "order_sensitive": data.get("order_sensitive", False),
+            }
+            data["task"] = Task.from_json(content)
+        except ValueError as exc:  # JSON errors and ContractError alike
+            raise forms.ValidationError(str(exc)) from exc
+        except (ContractError, TypeError, AttributeError) as exc:
+            raise forms.ValidationError(f"not a valid task: {exc}") from exc
+        return data

@@ -1,0 +1,133 @@
+"""Regression tasks in train and held-out splits, their revisions, and immutable snapshots."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from flywheel.core.models import Agent, TimestampedModel, UUIDModel
+
+
+class Split(models.TextChoices):
+    TRAIN = "train", "Train"
+    HELDOUT = "heldout", "Held-out"
+
+
+class Environment(models.TextChoices):
+    SINGLE_STEP = "single_step", "Single-step tool call"
+    WORKBENCH = "workbench", "WorkBench sandbox"
+
+
+class SourceKind(models.TextChoices):
+    TRAJECTORY = "trajectory", "A production trajectory"
+    FILE = "file", "An imported file"
+    TEMPLATE = "template", "A template"
+    MANUAL = "manual", "Written by hand"
+
+
+class RegressionTask(UUIDModel, TimestampedModel):
+    """What the model sees, the tools offered and the calls a correct answer makes.
+
+    `content` is the task in trainer's native JSON (`trainer.contracts.Task`): messages, tools,
+    expected calls with accepted alternatives, no-call and order flags. The columns beside it are
+    what pages filter on and what the leakage rule reads.
+    """
+
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks")
+    external_id = models.CharField(max_length=255, help_text="The id the source gave, e.g. simple_python_0.")
+    split = models.CharField(max_length=8, choices=Split.choices, db_index=True)
+    environment = models.CharField(max_length=16, choices=Environment.choices, default=Environment.SINGLE_STEP)
+    source_kind = models.CharField(max_length=16, choices=SourceKind.choices)
+    source_ref = models.CharField(max_length=500, blank=True, help_text="File and line, or template name.")
+    source_trajectory = models.ForeignKey(
+        "ingest.Trajectory", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks"
+    )
+    bucket = models.ForeignKey("triage.Bucket", null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    category = models.CharField(max_length=100, blank=True, help_text="BFCL category or WorkBench domain.")
+    content = models.JSONField()
+    content_hash = models.CharField(max_length=64, db_index=True)
+    # Normalised prompt, or the source's template: no key may sit in both splits.
+    leakage_key = models.CharField(max_length=64, db_index=True)
+    leakage_text = models.TextField()
+    duplicate_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="Flagged: another task of the same split has the same leakage key.",
+    )  # fmt: skip
+    warnings = models.JSONField(default=list, blank=True, help_text="Values that do not fit their schema (imports).")
+    revision = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        ordering = ["split", "external_id"]
+        indexes = [
+            models.Index(fields=["split", "leakage_key"], name="task_split_leakage"),
+            models.Index(fields=["agent", "split"], name="task_agent_split"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [tool["function"]["name"] for tool in self.content.get("tools", [])]
+
+    @property
+    def expected_names(self) -> list[str]:
+        return [call["name"] for call in self.content.get("expected_calls", [])]
+
+
+class TaskRevision(models.Model):
+    """An earlier version of a task's content, kept on every edit."""
+
+    task = models.ForeignKey(RegressionTask, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    content = models.JSONField()
+    split = models.CharField(max_length=8, choices=Split.choices)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    note = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task", "-number"]
+        constraints = [models.UniqueConstraint(fields=["task", "number"], name="task_revision_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} r{self.number}"
+
+
+class TaskSetSnapshot(UUIDModel):
+    """An immutable, content-hashed list of tasks as they were, which a job runs on."""
+
+    name = models.CharField(max_length=200)
+    split = models.CharField(max_length=8, choices=Split.choices)
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="snapshots")
+    content_hash = models.CharField(max_length=64, unique=True)
+    task_count = models.PositiveIntegerField()
+    # How the tasks were chosen: the filter, and for a sample its size, stratum field and seed.
+    selection = models.JSONField(default=dict)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Set when a job first used it; from then on its held-out tasks can never move to train.
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.content_hash[:12]})"
+
+
+class SnapshotItem(models.Model):
+    snapshot = models.ForeignKey(TaskSetSnapshot, on_delete=models.CASCADE, related_name="items")
+    task = models.ForeignKey(RegressionTask, on_delete=models.PROTECT, related_name="snapshot_items")
+    position = models.PositiveIntegerField()
+    content = models.JSONField(help_text="The task's content when the snapshot was taken.")
+    content_hash = models.CharField(max_length=64)
+    bucket = models.CharField(max_length=50, blank=True)
+    category = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["snapshot", "position"]
+        constraints = [models.UniqueConstraint(fields=["snapshot", "position"], name="snapshot_item_position")]
+
+    def __str__(self) -> str:
+        return f"{self.snapshot_id}:{self.position}"

@@ -1,0 +1,259 @@
+"""Writes of the datasets app: tasks (with the leakage rule), imports, edits, split moves, snapshots.
+
+The leakage rule: a task's leakage key (its normalised prompt, or its source's template where it
+has one) may sit in one split only. A task clashing with the other split is refused, naming the
+clashing task; one repeating a key of its own split is stored and flagged as a duplicate. Once a
+job has used a held-out snapshot, its tasks can never move to train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.utils import timezone
+
+from flywheel.core.models import Agent
+from flywheel.core.services import Actor, audit_record
+from flywheel.datasets.importers import Candidate
+from flywheel.datasets.models import RegressionTask, SnapshotItem, SourceKind, Split, TaskRevision, TaskSetSnapshot
+from flywheel.datasets.validation import task_problems
+from trainer.contracts import Task
+
+ERRORS_KEPT = 100
+
+
+class TaskRefused(ValueError):
+    """The task breaks a rule (leakage, schema, a used held-out snapshot); the message says which."""
+
+
+def _canonical_hash(value: Any) -> str:
+    return hashlib.sha256(
+        json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+def task_content(task: Task) -> dict[str, Any]:
+    """What a task's hash covers: everything the model sees and the verifier checks, not where it is filed."""
+    content = task.to_json()
+    content.pop("metadata", None)
+    return content
+
+
+def leakage_text(task: Task, template: str = "") -> str:
+    if template:
+        return "template: " + " ".join(template.lower().split())
+    prompt = " ".join(str(m.get("content") or "") for m in task.messages if m.get("role") == "user")
+    return "prompt: " + " ".join(re.sub(r"[^\w\s]", " ", prompt.lower()).split())
+
+
+def _lock_leakage_key(key: str) -> None:
+    # Two imports of the same prompt into different splits must not both pass the check.
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [int(key[:15], 16)])
+
+
+@dataclass(frozen=True)
+class TaskOrigin:
+    source_kind: str
+    source_ref: str = ""
+    template: str = ""
+    category: str = ""
+    environment: str = "single_step"
+    source_trajectory_id: Any = None
+    bucket_id: int | None = None
+
+
+@transaction.atomic
+def task_create(*, actor: Actor, task: Task, split: str, agent: Agent | None, origin: TaskOrigin) -> RegressionTask:
+    """Validate and store one task; raises TaskRefused with the reason.
+
+    Tasks written in the app must fit their schemas exactly; imported ones are flagged instead
+    when a value does not (see `validation`).
+    """
+    if split not in Split.values:
+        raise TaskRefused(f"split must be train or heldout, not {split!r}")
+    problems = task_problems(task)
+    refusals = problems.refusals(strict=origin.source_kind != SourceKind.FILE)
+    if refusals:
+        raise TaskRefused("; ".join(refusals))
+    text = leakage_text(task, origin.template)
+    key = hashlib.sha256(text.encode()).hexdigest()
+    _lock_leakage_key(key)
+    clash = RegressionTask.objects.filter(leakage_key=key).exclude(split=split).first()
+    if clash is not None:
+        raise TaskRefused(
+            f"leaks into {clash.get_split_display()}: same {text.split(':')[0]} as task {clash.external_id}"
+        )
+    content = task_content(task)
+    row = RegressionTask(
+        agent=agent, external_id=task.id[:255], split=split, environment=origin.environment,
+        source_kind=origin.source_kind, source_ref=origin.source_ref[:500], category=origin.category[:100],
+        source_trajectory_id=origin.source_trajectory_id, bucket_id=origin.bucket_id,
+        content=content, content_hash=_canonical_hash(content), leakage_key=key, leakage_text=text,
+        duplicate_of=RegressionTask.objects.filter(leakage_key=key, split=split).first(), warnings=problems.values,
+    )  # fmt: skip
+    row.full_clean()
+    row.save()
+    TaskRevision.objects.create(task=row, number=1, content=content, split=split, author=_user(actor), note="created")
+    return row
+
+
+def _user(actor: Actor) -> User | None:
+    return actor if isinstance(actor, User) else None
+
+
+@dataclass
+class ImportReport:
+    imported: int = 0
+    refused: int = 0
+    rejected: int = 0
+    flagged: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def note(self, line: int, reason: str) -> None:
+        if len(self.errors) < ERRORS_KEPT:
+            self.errors.append({"line": line, "reason": reason})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in ("imported", "refused", "rejected", "flagged", "errors")}
+
+
+def tasks_import(
+    *, actor: Actor, candidates: Iterable[Candidate], split: str, agent: Agent | None, source_ref: str
+) -> ImportReport:
+    """Store every valid candidate; a bad record is `rejected`, a rule-breaking one `refused`."""
+    report = ImportReport()
+    for candidate in candidates:
+        if candidate.task is None:
+            report.rejected += 1
+            report.note(candidate.line, candidate.error)
+            continue
+        origin = TaskOrigin(
+            source_kind="file", source_ref=f"{source_ref}:{candidate.line}", template=candidate.template,
+            category=candidate.category, environment=candidate.environment,
+        )  # fmt: skip
+        try:
+            stored = task_create(actor=actor, task=candidate.task, split=split, agent=agent, origin=origin)
+        except TaskRefused as exc:
+            report.refused += 1
+            report.note(candidate.line, f"{candidate.task.id}: {exc}")
+            continue
+        report.imported += 1
+        if stored.duplicate_of_id is not None or stored.warnings:
+            report.flagged += 1
+            reasons = [f"duplicate of {stored.duplicate_of.external_id}"] if stored.duplicate_of else []
+            report.note(candidate.line, f"{stored.external_id} flagged: {'; '.join(reasons + stored.warnings)}")
+    audit_record(actor=actor, action="tasks.import", data={"source": source_ref, "split": split, **report.as_dict()})
+    return report
+
+
+def _used_heldout(task: RegressionTask) -> TaskSetSnapshot | None:
+    return TaskSetSnapshot.objects.filter(
+        items__task=task, split=Split.HELDOUT, used_at__isnull=False
+    ).first()  # fmt: skip
+
+
+@transaction.atomic
+def task_update(*, actor: Actor, task: RegressionTask, new: Task, split: str, note: str = "") -> RegressionTask:
+    """Save an edit as a new revision, under the same rules as a new task."""
+    task = RegressionTask.objects.select_for_update().get(pk=task.pk)
+    if split != task.split and task.split == Split.HELDOUT and (used := _used_heldout(task)) is not None:
+        raise TaskRefused(f"task {task.external_id} was evaluated in held-out snapshot {used}; it stays held-out")
+    refusals = task_problems(new).refusals(strict=True)
+    if refusals:
+        raise TaskRefused("; ".join(refusals))
+    # A template-keyed task keeps its key: the template it came from does not change with an edit.
+    text = task.leakage_text if task.leakage_text.startswith("template: ") else leakage_text(new)
+    key = hashlib.sha256(text.encode()).hexdigest()
+    _lock_leakage_key(key)
+    clash = RegressionTask.objects.filter(leakage_key=key).exclude(split=split).exclude(pk=task.pk).first()
+    if clash is not None:
+        raise TaskRefused(f"leaks into {clash.get_split_display()}: same prompt as task {clash.external_id}")
+    content = task_content(new)
+    task.content, task.content_hash, task.split = content, _canonical_hash(content), split
+    task.leakage_key, task.leakage_text, task.revision = key, text, task.revision + 1
+    task.full_clean()
+    task.save()
+    TaskRevision.objects.create(
+        task=task, number=task.revision, content=content, split=split, author=_user(actor), note=note
+    )
+    audit_record(actor=actor, action="task.update", target=task, data={"revision": task.revision, "split": split})
+    return task
+
+
+# --- snapshots -----------------------------------------------------------------------------
+
+
+def _stratified(tasks: list[RegressionTask], size: int, stratum: str, seed: int) -> list[RegressionTask]:
+    """`size` tasks, each stratum (bucket or category) keeping its share (largest remainders), seeded."""
+    groups: dict[str, list[RegressionTask]] = defaultdict(list)
+    for task in tasks:
+        groups[str(getattr(task, stratum) or "")].append(task)
+    total = len(tasks)
+    quotas = {name: size * len(members) // total for name, members in groups.items()}
+    by_remainder = sorted(groups, key=lambda name: (-(size * len(groups[name]) % total), name))
+    for name in by_remainder[: size - sum(quotas.values())]:
+        quotas[name] += 1
+    rng = random.Random(seed)
+    chosen = [
+        task
+        for name in sorted(groups)
+        for task in rng.sample(sorted(groups[name], key=lambda t: t.external_id), quotas[name])
+    ]
+    return sorted(chosen, key=lambda t: t.external_id)
+
+
+@transaction.atomic
+def snapshot_create(
+    *,
+    actor: Actor,
+    name: str,
+    split: str,
+    agent: Agent | None = None,
+    sample_size: int | None = None,
+    stratify_by: str = "",
+    seed: int = 0,
+) -> TaskSetSnapshot:
+    """Freeze the tasks of a split (optionally a stratified sample) as they are now; same tasks, same hash."""
+    if stratify_by not in ("", "bucket_id", "category"):
+        raise TaskRefused("stratify_by must be bucket_id or category")
+    tasks = list(
+        RegressionTask.objects.filter(split=split, **({"agent": agent} if agent else {})).order_by("external_id")
+    )
+    if sample_size is not None and sample_size < len(tasks):
+        tasks = _stratified(tasks, sample_size, stratify_by or "category", seed)
+    if not tasks:
+        raise TaskRefused(f"no {split} tasks to snapshot")
+    selection = {"split": split, "agent": agent.name if agent else None, "sample_size": sample_size,
+                 "stratify_by": stratify_by or None, "seed": seed}  # fmt: skip
+    content_hash = _canonical_hash([task.content_hash for task in tasks])
+    existing = TaskSetSnapshot.objects.filter(content_hash=content_hash).first()
+    if existing is not None:
+        return existing
+    snapshot = TaskSetSnapshot.objects.create(
+        name=name, split=split, agent=agent, content_hash=content_hash, task_count=len(tasks),
+        selection=selection, created_by=_user(actor),
+    )  # fmt: skip
+    SnapshotItem.objects.bulk_create(
+        SnapshotItem(snapshot=snapshot, task=task, position=position, content=task.content,
+                     content_hash=task.content_hash, bucket=task.bucket.slug if task.bucket else "",
+                     category=task.category)
+        for position, task in enumerate(tasks)
+    )  # fmt: skip
+    audit_record(actor=actor, action="snapshot.create", target=snapshot, data={"tasks": len(tasks), **selection})
+    return snapshot
+
+
+def snapshot_mark_used(*, snapshot: TaskSetSnapshot) -> None:
+    """Called when a job starts on the snapshot: from then on its held-out tasks stay held-out."""
+    TaskSetSnapshot.objects.filter(pk=snapshot.pk, used_at__isnull=True).update(used_at=timezone.now())

@@ -1,0 +1,14 @@
+from django.urls import path
+
+from flywheel.datasets import views
+
+app_name = "datasets"
+
+urlpatterns = [
+    path("tasks/", views.task_list, name="task_list"),
+    path("tasks/<uuid:task_id>/", views.task_detail, name="task_detail"),
+    path("tasks/<uuid:task_id>/edit/", views.task_edit, name="task_edit"),
+    path("snapshots/", views.snapshot_list, name="snapshot_list"),
+    path("snapshots/<uuid:snapshot_id>/", views.snapshot_detail, name="snapshot_detail"),
+    path("snapshots/<uuid:snapshot_id>/export/<slug:format_name>.jsonl", views.snapshot_export, name="snapshot_export"),
+]

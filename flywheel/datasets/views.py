@@ -1,0 +1,95 @@
+"""Pages of the datasets app: tasks (list, detail, edit with history), split breakdown, snapshots."""
+
+from __future__ import annotations
+
+import json
+from uuid import UUID
+
+from django.core.paginator import Paginator
+from django.http import HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.roles import Perm
+from flywheel.datasets import selectors, services
+from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
+from flywheel.datasets.forms import TaskEditForm, TaskFilterForm
+from flywheel.datasets.models import RegressionTask, TaskSetSnapshot
+
+PAGE_SIZE = 50
+
+
+@permission_required(Perm.VIEW)
+def task_list(request: AuthedRequest) -> HttpResponse:
+    form = TaskFilterForm(request.GET)
+    tasks = selectors.task_list(filters=form.filters())
+    page = Paginator(tasks, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "breakdown": selectors.split_breakdown(tasks=tasks),
+    }
+    return render(request, "datasets/task_list.html", context)
+
+
+@permission_required(Perm.VIEW)
+def task_detail(request: AuthedRequest, task_id: UUID) -> HttpResponse:
+    task = get_object_or_404(RegressionTask.objects.select_related("agent", "bucket", "duplicate_of"), pk=task_id)
+    return render(request, "datasets/task_detail.html", {"task": task, "revisions": task.revisions.all()})
+
+
+@permission_required(Perm.EDIT_TASKS)
+def task_edit(request: AuthedRequest, task_id: UUID) -> HttpResponse:
+    task = get_object_or_404(RegressionTask, pk=task_id)
+    initial = {
+        "split": task.split,
+        "messages": json.dumps(task.content["messages"], indent=2, ensure_ascii=False),
+        "expected_calls": json.dumps(task.content["expected_calls"], indent=2, ensure_ascii=False),
+        "no_call_expected": task.content["no_call_expected"],
+        "order_sensitive": task.content["order_sensitive"],
+    }
+    form = TaskEditForm(request.POST or None, initial=initial, base=task.content)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.task_update(
+                actor=request.user, task=task, new=data["task"], split=data["split"], note=data["note"]
+            )
+        except services.TaskRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("datasets:task_detail", task_id=task.id)
+    return render(request, "datasets/task_edit.html", {"task": task, "form": form})
+
+
+@permission_required(Perm.VIEW)
+def snapshot_list(request: AuthedRequest) -> HttpResponse:
+    return render(request, "datasets/snapshot_list.html", {"snapshots": selectors.snapshot_list()})
+
+
+@permission_required(Perm.VIEW)
+def snapshot_detail(request: AuthedRequest, snapshot_id: UUID) -> HttpResponse:
+    snapshot = get_object_or_404(TaskSetSnapshot, pk=snapshot_id)
+    context = {
+        "snapshot": snapshot,
+        "breakdown": selectors.snapshot_breakdown(snapshot=snapshot),
+        "items": snapshot.items.select_related("task")[:200],
+        "formats": EXPORT_FORMATS,
+    }
+    return render(request, "datasets/snapshot_detail.html", context)
+
+
+@permission_required(Perm.VIEW)
+def snapshot_export(request: AuthedRequest, snapshot_id: UUID, format_name: str) -> StreamingHttpResponse:
+    snapshot = get_object_or_404(TaskSetSnapshot, pk=snapshot_id)
+    if format_name not in EXPORT_FORMATS:
+        format_name = "native"
+    response = StreamingHttpResponse(
+        (line + "\n" for line in snapshot_lines(snapshot, format_name)), content_type="application/x-ndjson"
+    )
+    filename = f"{snapshot.content_hash[:12]}-{format_name}.jsonl"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
