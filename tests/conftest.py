@@ -20,6 +20,15 @@ from flywheel.core.services import roles_sync
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct-horse-battery-staple"
+TAU_BENCH = REPO_ROOT.parent / "shared" / "external" / "tau_bench" / "gpt-4o-airline.json"
+
+
+@pytest.fixture
+def tau_bench_path() -> Path:
+    """The real tau-bench airline trajectories (200 GPT-4o runs, 116 failures) from ../shared/external."""
+    if not TAU_BENCH.exists():
+        pytest.fail(f"{TAU_BENCH} is missing: the suite reads ../shared/external")
+    return TAU_BENCH
 
 
 @pytest.fixture(scope="session", autouse=True)

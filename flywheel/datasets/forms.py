@@ -65,3 +65,44 @@ class TaskEditForm(forms.Form):
         except (ContractError, TypeError, AttributeError) as exc:
             raise forms.ValidationError(f"not a valid task: {exc}") from exc
         return data
+
+
+class TaskWriteForm(forms.Form):
+    """A new task, written from scratch or prefilled from a trajectory; the service validates the rules."""
+
+    external_id = forms.CharField(max_length=255, label="Task id")
+    split = forms.ChoiceField(choices=Split.choices, initial=Split.HELDOUT)
+    bucket: forms.ModelChoiceField = forms.ModelChoiceField(queryset=None, required=False)
+    messages = forms.CharField(widget=forms.Textarea(attrs={"rows": 10}), help_text="OpenAI chat messages.")
+    tools = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}), help_text="OpenAI tools (JSON Schema).")
+    expected_calls = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 8}),
+        help_text='[{"name": ..., "arguments": {"arg": [accepted values...]}}]; "" among values: may be omitted.',
+    )
+    no_call_expected = forms.BooleanField(required=False)
+    order_sensitive = forms.BooleanField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from flywheel.triage.models import Bucket
+
+        super().__init__(*args, **kwargs)
+        self.fields["bucket"].queryset = Bucket.objects.all()  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        try:
+            content = {
+                "id": data.get("external_id", ""),
+                "messages": json.loads(data.get("messages") or "null"),
+                "tools": json.loads(data.get("tools") or "[]"),
+                "expected_calls": json.loads(data.get("expected_calls") or "[]"),
+                "no_call_expected": data.get("no_call_expected", False),
+                "order_sensitive": data.get("order_sensitive", False),
+            }
+            data["task"] = Task.from_json(content)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        except (ContractError, TypeError, AttributeError, KeyError) as exc:
+            raise forms.ValidationError(f"not a valid task: {exc}") from exc
+        return data

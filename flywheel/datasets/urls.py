@@ -6,6 +6,8 @@ app_name = "datasets"
 
 urlpatterns = [
     path("tasks/", views.task_list, name="task_list"),
+    path("tasks/new/", views.task_new, name="task_new"),
+    path("tasks/new/from-trajectory/<uuid:trajectory_id>/", views.task_from_trajectory, name="task_from_trajectory"),
     path("tasks/<uuid:task_id>/", views.task_detail, name="task_detail"),
     path("tasks/<uuid:task_id>/edit/", views.task_edit, name="task_edit"),
     path("snapshots/", views.snapshot_list, name="snapshot_list"),

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from uuid import UUID
 
 from django.core.paginator import Paginator
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
+from flywheel.core.services import audit_record
 from flywheel.datasets import selectors, services
+from flywheel.datasets.conversion import task_draft
 from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
-from flywheel.datasets.forms import TaskEditForm, TaskFilterForm
-from flywheel.datasets.models import RegressionTask, TaskSetSnapshot
+from flywheel.datasets.forms import TaskEditForm, TaskFilterForm, TaskWriteForm
+from flywheel.datasets.models import RegressionTask, SourceKind, TaskSetSnapshot
+from flywheel.ingest.models import Trajectory
 
 PAGE_SIZE = 50
 
@@ -63,6 +68,64 @@ def task_edit(request: AuthedRequest, task_id: UUID) -> HttpResponse:
         else:
             return redirect("datasets:task_detail", task_id=task.id)
     return render(request, "datasets/task_edit.html", {"task": task, "form": form})
+
+
+def _pretty(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _save_written(request: AuthedRequest, form: TaskWriteForm, agent: Agent | None, origin: services.TaskOrigin):
+    """Create the task the form holds; the response to send, or None to show the form again."""
+    if request.method != "POST" or not form.is_valid():
+        return None
+    data = form.cleaned_data
+    origin = replace(origin, bucket_id=data["bucket"].id if data["bucket"] else None)
+    try:
+        task = services.task_create(
+            actor=request.user, task=data["task"], split=data["split"], agent=agent, origin=origin
+        )
+    except services.TaskRefused as exc:
+        form.add_error(None, str(exc))
+        return None
+    audit_record(actor=request.user, action="task.create", target=task, data={"source": origin.source_kind})
+    return redirect("datasets:task_detail", task_id=task.id)
+
+
+@permission_required(Perm.EDIT_TASKS)
+def task_new(request: AuthedRequest) -> HttpResponse:
+    form = TaskWriteForm(
+        request.POST or None, initial={"messages": _pretty([{"role": "user", "content": ""}]), "tools": "[]"}
+    )
+    saved = _save_written(request, form, None, services.TaskOrigin(source_kind=SourceKind.MANUAL))
+    return saved or render(request, "datasets/task_new.html", {"form": form})
+
+
+@permission_required(Perm.EDIT_TASKS)
+def task_from_trajectory(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
+    trajectory = get_object_or_404(Trajectory.objects.select_related("agent"), pk=trajectory_id)
+    step = request.GET.get("step")
+    try:
+        draft = task_draft(trajectory=trajectory, step_index=int(step) if step and step.isdigit() else None)
+    except ValueError as exc:
+        raise Http404(str(exc)) from exc
+    initial = {
+        "external_id": f"{trajectory.external_id or trajectory.id}@step{draft.step_index}",
+        "messages": _pretty(draft.messages),
+        "tools": _pretty(draft.tools),
+        "expected_calls": _pretty(draft.expected_calls()),
+    }
+    form = TaskWriteForm(request.POST or None, initial=initial)
+    origin = services.TaskOrigin(
+        source_kind=SourceKind.TRAJECTORY, source_ref=f"step {draft.step_index}", source_trajectory_id=trajectory.id
+    )
+    saved = _save_written(request, form, trajectory.agent, origin)
+    context = {
+        "form": form,
+        "trajectory": trajectory,
+        "draft": draft,
+        "suggested": [_pretty([c]) for c in draft.suggested_calls],
+    }
+    return saved or render(request, "datasets/task_from_trajectory.html", context)
 
 
 @permission_required(Perm.VIEW)

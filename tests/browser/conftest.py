@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.flywheel.ingest.conftest import tau_bench_path  # noqa: F401  (a shared fixture)
 
 CHROMIUM = os.environ.get("FLYWHEEL_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
