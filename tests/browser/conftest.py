@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-
 CHROMIUM = os.environ.get("FLYWHEEL_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
