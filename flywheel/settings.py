@@ -7,6 +7,7 @@ and turns on every `check --deploy` protection; see README.md, "Production".
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -202,3 +203,17 @@ INGEST_REDACT_DEFAULT = env_list("INGEST_REDACT_DEFAULT", [])
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 << 20
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 10 << 20, minimum=1024)
 API_MAX_BATCH_ITEMS = env_int("API_MAX_BATCH_ITEMS", 1000, minimum=1)
+
+# --- Jobs -------------------------------------------------------------------------------
+JOB_RUNS_DIR = Path(env_str("JOB_RUNS_DIR", str(VAR_DIR / "runs")))
+JOB_MAX_ATTEMPTS = env_int("JOB_MAX_ATTEMPTS", 3, minimum=1)
+JOB_HEARTBEAT_SECONDS = env_int("JOB_HEARTBEAT_SECONDS", 5, minimum=1)
+# A running job whose heartbeat is older than this has lost its worker; the reaper requeues it.
+JOB_HEARTBEAT_STALE_SECONDS = env_int("JOB_HEARTBEAT_STALE_SECONDS", 60, minimum=2)
+JOB_CANCEL_GRACE_SECONDS = env_int("JOB_CANCEL_GRACE_SECONDS", 10, minimum=1)
+JOB_REAP_EVERY_SECONDS = env_int("JOB_REAP_EVERY_SECONDS", 30, minimum=1)
+# How a job attempt starts trainer; tests put a scripted stand-in here to exercise crashes and cancels.
+TRAINER_COMMAND = env_list("TRAINER_COMMAND", [sys.executable, "-m", "trainer"])
+CELERY_BEAT_SCHEDULE = {
+    "reap-jobs": {"task": "flywheel.training.reaper.reap_jobs", "schedule": float(JOB_REAP_EVERY_SECONDS)},
+}

@@ -17,5 +17,6 @@ urlpatterns = [
     path("", include("flywheel.dashboards.urls")),
     path("", include("flywheel.ingest.urls")),
     path("", include("flywheel.datasets.urls")),
+    path("", include("flywheel.training.urls")),
     path("", include("flywheel.core.urls")),
 ]

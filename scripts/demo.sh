@@ -11,8 +11,9 @@ mkdir -p var
 echo "Demo logins (user, password):"
 $py manage.py demo_users
 
+# One worker for both queues, with beat embedded for the job reaper.
 $py -m celery -A flywheel worker -Q default,gpu --pool solo --concurrency 1 --prefetch-multiplier 1 \
-  -n demo@%h --loglevel INFO >var/worker.log 2>&1 &
+  --beat --schedule var/celerybeat-schedule -n demo@%h --loglevel INFO >var/worker.log 2>&1 &
 worker=$!
 trap 'kill "$worker" 2>/dev/null || true' EXIT INT TERM
 

@@ -72,8 +72,14 @@ def celery_worker_process(django_db_setup, tmp_path) -> Iterator[Callable[..., s
     """start(queues) runs `celery worker` as a real subprocess on the test database; stopped after the test."""
     workers: list[subprocess.Popen] = []
 
-    def start(queues: str = "default,gpu") -> subprocess.Popen:
-        env = {**os.environ, "DATABASE_URL": database_url_for_workers(), "MEDIA_ROOT": str(settings.MEDIA_ROOT)}
+    def start(queues: str = "default,gpu", env: dict[str, str] | None = None) -> subprocess.Popen:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url_for_workers(),
+            "MEDIA_ROOT": str(settings.MEDIA_ROOT),
+            "JOB_RUNS_DIR": str(tmp_path / "runs"),
+            **(env or {}),
+        }
         log = (tmp_path / f"worker-{len(workers)}.log").open("w")
         command = [
             sys.executable,

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_tasks(sub)
     add_verify(sub)
+    add_eval(sub)
+    add_models(sub)
     return parser
 
 
@@ -89,3 +91,43 @@ def _verify(args: argparse.Namespace) -> int:
             sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
     sys.stdout.write(json.dumps({"summary": summary.to_json()}) + "\n")
     return EXIT_INPUT_ERRORS if summary.input_errors else 0
+
+
+def add_eval(sub: argparse._SubParsersAction) -> None:
+    from trainer.evaluate import EvalConfig
+    from trainer.jobs import config_help
+
+    fields = "\n".join(f"  {name}: {text}" for name, text in config_help(EvalConfig).items())
+    evaluate = sub.add_parser(
+        "eval", help="evaluate a model on a task snapshot (job protocol: JSON events on stdout)",
+        epilog=f"hyperparameters in the spec:\n{fields}", formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    evaluate.add_argument("--spec", required=True, help="run.json: a RunSpec of kind eval (see docs/trainer.md)")
+    evaluate.set_defaults(handler=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    # Imported here so that `python -m trainer --help` and the light commands never load torch.
+    from trainer.evaluate import run_eval
+    from trainer.jobs import die_with_parent, run_job
+
+    die_with_parent()
+    return run_job(args.spec, "eval", run_eval)
+
+
+def add_models(sub: argparse._SubParsersAction) -> None:
+    models = sub.add_parser("models", help="manage local base models")
+    actions = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    fetch = actions.add_parser("fetch-demo", help="download and convert the demo model (SmolLM2-135M-Instruct) once")
+    fetch.set_defaults(handler=_fetch_demo)
+
+
+def _fetch_demo(args: argparse.Namespace) -> int:
+    from trainer.models import ModelNotFoundError, ensure_demo_model, model_cache_dir
+
+    try:
+        print(ensure_demo_model(model_cache_dir()))
+    except ModelNotFoundError as error:
+        print(f"models fetch-demo: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERRORS
+    return 0

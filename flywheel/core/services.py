@@ -24,11 +24,16 @@ TOKEN_PREFIX = "fwk_"
 Actor = User | AnonymousUser | None
 
 
+def actor_user(actor: Actor) -> User | None:
+    """The signed-in user behind an actor; None for the system and anonymous callers."""
+    return actor if isinstance(actor, User) else None
+
+
 def audit_record(
     *, actor: Actor, action: str, target: models.Model | None = None, data: dict[str, Any] | None = None
 ) -> AuditEvent:
     """Append one event to the audit log; `actor=None` means the system itself."""
-    user = actor if isinstance(actor, User) else None
+    user = actor_user(actor)
     event = AuditEvent(
         actor=user,
         actor_name=user.get_username() if user else "",

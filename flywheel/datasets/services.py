@@ -17,12 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
 from flywheel.core.models import Agent
-from flywheel.core.services import Actor, audit_record
+from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.importers import Candidate
 from flywheel.datasets.models import RegressionTask, SnapshotItem, SourceKind, Split, TaskRevision, TaskSetSnapshot
 from flywheel.datasets.validation import task_problems
@@ -104,12 +103,10 @@ def task_create(*, actor: Actor, task: Task, split: str, agent: Agent | None, or
     )  # fmt: skip
     row.full_clean()
     row.save()
-    TaskRevision.objects.create(task=row, number=1, content=content, split=split, author=_user(actor), note="created")
+    TaskRevision.objects.create(
+        task=row, number=1, content=content, split=split, author=actor_user(actor), note="created"
+    )
     return row
-
-
-def _user(actor: Actor) -> User | None:
-    return actor if isinstance(actor, User) else None
 
 
 @dataclass
@@ -185,7 +182,7 @@ def task_update(*, actor: Actor, task: RegressionTask, new: Task, split: str, no
     task.full_clean()
     task.save()
     TaskRevision.objects.create(
-        task=task, number=task.revision, content=content, split=split, author=_user(actor), note=note
+        task=task, number=task.revision, content=content, split=split, author=actor_user(actor), note=note
     )
     audit_record(actor=actor, action="task.update", target=task, data={"revision": task.revision, "split": split})
     return task
@@ -242,7 +239,7 @@ def snapshot_create(
         return existing
     snapshot = TaskSetSnapshot.objects.create(
         name=name, split=split, agent=agent, content_hash=content_hash, task_count=len(tasks),
-        selection=selection, created_by=_user(actor),
+        selection=selection, created_by=actor_user(actor),
     )  # fmt: skip
     SnapshotItem.objects.bulk_create(
         SnapshotItem(snapshot=snapshot, task=task, position=position, content=task.content,

@@ -1,6 +1,8 @@
-"""Celery tasks of the training app; all of them run on the `gpu` queue (see CELERY_TASK_ROUTES).
+"""Celery tasks of the training app.
 
-They acknowledge late, so a job whose worker dies is redelivered instead of lost.
+`run_job` runs on the `gpu` queue (routed by name) and acknowledges late, so a job whose worker
+dies is redelivered; the guarded claim makes a redelivery of a running or finished job a no-op.
+`reap_jobs` runs on `default` (its name is outside the gpu route) from Celery beat.
 """
 
 from __future__ import annotations
@@ -8,6 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Task, shared_task
+
+from flywheel.training import services
+
+
+@shared_task(name="flywheel.training.tasks.run_job", bind=True, acks_late=True, reject_on_worker_lost=True)
+def run_job(self: Task, job_id: str) -> None:
+    services.job_run(job_id=job_id, worker=self.request.hostname or "worker")
+
+
+@shared_task(name="flywheel.training.reaper.reap_jobs")
+def reap_jobs() -> int:
+    return len(services.jobs_reap())
 
 
 @shared_task(name="flywheel.training.tasks.gpu_ping", bind=True, acks_late=True, reject_on_worker_lost=True)

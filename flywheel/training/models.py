@@ -1,0 +1,108 @@
+"""Jobs that run trainer (eval, sft, grpo, gate), what they report as they run, and evaluation results."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from flywheel.core.models import Agent, TimestampedModel, UUIDModel
+from flywheel.datasets.models import TaskSetSnapshot
+
+
+class JobKind(models.TextChoices):
+    EVAL = "eval", "Evaluation"
+    SFT = "sft", "SFT"
+    GRPO = "grpo", "GRPO"
+    GATE = "gate", "Gate"
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+FINISHED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class Job(UUIDModel, TimestampedModel):
+    kind = models.CharField(max_length=8, choices=JobKind.choices)
+    state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    snapshot = models.ForeignKey(TaskSetSnapshot, on_delete=models.PROTECT, related_name="jobs")
+    base_model = models.CharField(max_length=500)
+    adapter = models.CharField(max_length=500, blank=True)
+    hyperparameters = models.JSONField(default=dict, blank=True)
+    launched_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    attempts = models.PositiveSmallIntegerField(default=0)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    cancel_requested = models.BooleanField(default=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    run_dir = models.CharField(max_length=500, blank=True, help_text="The current attempt's folder.")
+    exit_code = models.IntegerField(null=True, blank=True)
+    log_tail = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    result = models.JSONField(default=dict, blank=True, help_text="The done event: metrics and files.")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["state", "heartbeat_at"], name="job_state_heartbeat")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {str(self.id)[:8]}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+class MetricPoint(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metric_points")
+    attempt = models.PositiveSmallIntegerField()
+    step = models.IntegerField()
+    name = models.CharField(max_length=100)
+    value = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job", "name", "step"]
+        indexes = [models.Index(fields=["job", "name", "step"], name="metric_job_name_step")]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.step}={self.value}"
+
+
+class Sample(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="samples")
+    step = models.IntegerField()
+    task_id = models.CharField(max_length=255)
+    prompt = models.TextField()
+    completion = models.TextField()
+    reward = models.FloatField()
+    components = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["job", "step", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}@{self.step}"
+
+
+class EvalRun(TimestampedModel):
+    """An evaluation's results, stored from an eval (or gate) job's done event."""
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="eval_run")
+    snapshot = models.ForeignKey(TaskSetSnapshot, on_delete=models.PROTECT, related_name="eval_runs")
+    model_label = models.CharField(max_length=500, help_text="The base model, plus the adapter when one was used.")
+    metrics = models.JSONField(help_text="Each rate with its bootstrap 95% interval.")
+    per_bucket = models.JSONField(default=dict, blank=True)
+    results = models.JSONField(default=list, blank=True, help_text="Per-task output, parsed call, verdict, latency.")
+    recommendation = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"eval of {self.model_label} on {self.snapshot}"

@@ -1,0 +1,114 @@
+"""Run one attempt of a job: write its folder, start `python -m trainer <kind>`, relay its events.
+
+The trainer runs in its own process group (so a cancel stops everything it started) and sets
+PR_SET_PDEATHSIG itself (`trainer.jobs.die_with_parent`), so it dies with this worker. Each
+attempt gets its own folder, so a requeued job never races a leftover process. Events are read
+line by line on a thread and stored as they come; the heartbeat beats and the cancel flag is
+checked between lines. A cancel sends SIGTERM, then SIGKILL after the grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+from django.conf import settings
+
+from flywheel.datasets.exports import snapshot_lines
+from flywheel.training import services
+from flywheel.training.models import Job
+from trainer.contracts import ContractError, LogEvent, RunSpec, event_from_json
+
+STDERR_TAIL_BYTES = 8000
+
+
+def attempt_dir(job: Job) -> Path:
+    return Path(settings.JOB_RUNS_DIR) / str(job.id) / f"attempt-{job.attempts}"
+
+
+def write_spec(job: Job, folder: Path) -> Path:
+    """The attempt's run.json and the snapshot's tasks as native JSONL beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tasks = folder / "tasks.jsonl"
+    with tasks.open("w") as out:
+        for line in snapshot_lines(job.snapshot, "native"):
+            out.write(line + "\n")
+    spec = RunSpec(
+        kind=job.kind, base_model=job.base_model, task_paths=[str(tasks)], output_dir=str(folder / "output"),
+        adapter=job.adapter or None, seed=int(job.hyperparameters.get("seed", 0)),
+        hyperparameters={key: value for key, value in job.hyperparameters.items() if key != "seed"},
+    )  # fmt: skip
+    path = folder / "run.json"
+    path.write_text(json.dumps(spec.to_json(), indent=2))
+    return path
+
+
+def _read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """SIGTERM to the trainer's process group, SIGKILL if it is still there after the grace period."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=settings.JOB_CANCEL_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
+
+
+def run_attempt(job: Job) -> Job:
+    folder = attempt_dir(job)
+    spec_path = write_spec(job, folder)
+    stderr_path = folder / "stderr.log"
+    command = [*settings.TRAINER_COMMAND, job.kind, "--spec", str(spec_path)]
+    with stderr_path.open("w") as stderr:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True, cwd=folder,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        services.job_started(job=job, run_dir=str(folder), pid=process.pid)
+        cancelled = _relay(job, process)
+    stderr_tail = stderr_path.read_bytes()[-STDERR_TAIL_BYTES:].decode(errors="replace")
+    return services.job_finish(job=job, exit_code=process.returncode, stderr_tail=stderr_tail, cancelled=cancelled)
+
+
+def _relay(job: Job, process: subprocess.Popen[str]) -> bool:
+    """Store events until the trainer exits; True when it was stopped because of a cancel."""
+    lines: queue.Queue[str | None] = queue.Queue()
+    assert process.stdout is not None
+    threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()
+    next_beat = 0.0
+    while True:
+        if time.monotonic() >= next_beat:
+            next_beat = time.monotonic() + settings.JOB_HEARTBEAT_SECONDS
+            if services.job_heartbeat(job=job):
+                _stop(process)
+                return True
+        try:
+            line = lines.get(timeout=1.0)
+        except queue.Empty:
+            continue
+        if line is None:
+            process.wait()
+            return False
+        _store_line(job, line)
+
+
+def _store_line(job: Job, line: str) -> None:
+    try:
+        event = event_from_json(json.loads(line))
+    except (ValueError, ContractError):
+        event = LogEvent(message=f"(not a protocol event) {line.strip()[:500]}", level="warning")
+    services.job_event_store(job=job, event=event)

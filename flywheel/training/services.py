@@ -1,0 +1,200 @@
+"""Writes of the training app: launch, claim, events, heartbeat, cancel, finish, reap.
+
+State changes are guarded updates (healthchecks' habit): a job is claimed only from `queued`, a
+redelivered message for a running or finished job claims nothing and does nothing, and the
+reaper requeues only jobs whose heartbeat went stale.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from flywheel.core.models import Agent
+from flywheel.core.services import Actor, actor_user, audit_record
+from flywheel.datasets.models import TaskSetSnapshot
+from flywheel.training.models import FINISHED_STATES, EvalRun, Job, JobKind, JobState, MetricPoint, Sample
+from trainer.contracts import CheckpointEvent, DoneEvent, ErrorEvent, JobEvent, LogEvent, MetricEvent, SampleEvent
+
+# The kinds trainer runs today; sft and grpo arrive with the training issue, gate with the registry.
+RUNNABLE_KINDS = (JobKind.EVAL,)
+LOG_TAIL_LINES = 200
+
+
+class LaunchRefused(ValueError):
+    """The launch request is invalid; the message says why, before anything is queued."""
+
+
+@transaction.atomic
+def job_launch(
+    *,
+    actor: Actor,
+    kind: str,
+    snapshot: TaskSetSnapshot,
+    base_model: str,
+    adapter: str = "",
+    agent: Agent | None = None,
+    hyperparameters: dict[str, Any] | None = None,
+) -> Job:
+    from flywheel.training.tasks import run_job
+
+    if kind not in RUNNABLE_KINDS:
+        raise LaunchRefused(f"{kind!r} jobs cannot run yet; runnable kinds: {', '.join(RUNNABLE_KINDS)}")
+    if not base_model.strip():
+        raise LaunchRefused("a base model is required (a local folder, a .gguf file or 'demo')")
+    if not isinstance(hyperparameters or {}, dict):
+        raise LaunchRefused("hyperparameters must be a JSON object")
+    job = Job(
+        kind=kind, snapshot=snapshot, base_model=base_model.strip(), adapter=adapter.strip(), agent=agent,
+        hyperparameters=hyperparameters or {}, launched_by=actor_user(actor),
+        max_attempts=settings.JOB_MAX_ATTEMPTS,
+    )  # fmt: skip
+    job.full_clean()
+    job.save()
+    audit_record(actor=actor, action="job.launch", target=job, data={"kind": kind, "snapshot": snapshot.content_hash})
+    run_job.delay_on_commit(str(job.id))  # type: ignore[attr-defined]  # celery-types predates it
+    return job
+
+
+def job_claim(*, job_id: Any, worker: str) -> Job | None:
+    """Take a queued job for this worker (one attempt more); None when it is not queued."""
+    now = timezone.now()
+    claimed = Job.objects.filter(pk=job_id, state=JobState.QUEUED, cancel_requested=False).update(
+        state=JobState.RUNNING, attempts=F("attempts") + 1, heartbeat_at=now, started_at=now, worker=worker,
+        updated_at=now,
+    )  # fmt: skip
+    return Job.objects.get(pk=job_id) if claimed else None
+
+
+def job_started(*, job: Job, run_dir: str, pid: int) -> None:
+    Job.objects.filter(pk=job.pk).update(run_dir=run_dir)
+    job.run_dir = run_dir
+    _log_append(job, f"attempt {job.attempts} started on {job.worker} (trainer pid {pid})")
+
+
+def job_run(*, job_id: Any, worker: str) -> Job | None:
+    """Claim the job and run one attempt; a second delivery finds it claimed and does nothing."""
+    from flywheel.training.runner import run_attempt
+
+    job = job_claim(job_id=job_id, worker=worker)
+    if job is None:
+        return None
+    return run_attempt(job)
+
+
+def job_heartbeat(*, job: Job) -> bool:
+    """Record that the attempt is alive; whether a cancel was requested meanwhile."""
+    Job.objects.filter(pk=job.pk, state=JobState.RUNNING).update(heartbeat_at=timezone.now())
+    return Job.objects.filter(pk=job.pk, cancel_requested=True).exists()
+
+
+def job_event_store(*, job: Job, event: JobEvent) -> None:
+    if isinstance(event, MetricEvent):
+        MetricPoint.objects.create(job=job, attempt=job.attempts, step=event.step, name=event.name, value=event.value)
+    elif isinstance(event, SampleEvent):
+        Sample.objects.create(
+            job=job, step=event.step, task_id=event.task_id[:255], prompt=event.prompt, completion=event.completion,
+            reward=event.reward, components=event.components,
+        )  # fmt: skip
+    elif isinstance(event, LogEvent | CheckpointEvent):
+        line = event.message if isinstance(event, LogEvent) else f"checkpoint at step {event.step}: {event.path}"
+        _log_append(job, line)
+    elif isinstance(event, DoneEvent):
+        Job.objects.filter(pk=job.pk).update(result=event.to_json())
+    elif isinstance(event, ErrorEvent):
+        Job.objects.filter(pk=job.pk).update(error=f"{event.kind}: {event.message}"[:5000])
+
+
+def _log_append(job: Job, line: str) -> None:
+    with transaction.atomic():
+        current = Job.objects.select_for_update().values_list("log_tail", flat=True).get(pk=job.pk)
+        lines = (current.splitlines() + [line])[-LOG_TAIL_LINES:]
+        Job.objects.filter(pk=job.pk).update(log_tail="\n".join(lines))
+
+
+@transaction.atomic
+def job_finish(*, job: Job, exit_code: int | None, stderr_tail: str, cancelled: bool) -> Job:
+    """Close the attempt: succeeded, cancelled or failed by the exit and the events; store an eval's results."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state != JobState.RUNNING:
+        return job
+    if cancelled:
+        job.state = JobState.CANCELLED
+    elif exit_code == 0 and job.result.get("event") == "done":
+        job.state = JobState.SUCCEEDED
+    else:
+        job.state = JobState.FAILED
+        job.error = job.error or f"trainer exited with code {exit_code} and no done event"
+    job.exit_code, job.finished_at = exit_code, timezone.now()
+    if stderr_tail:
+        job.log_tail = (job.log_tail + "\n--- stderr ---\n" + stderr_tail).strip()[-20000:]
+    job.save()
+    if job.state == JobState.SUCCEEDED and job.kind == JobKind.EVAL:
+        _eval_run_store(job)
+    audit_record(actor=None, action=f"job.{job.state}", target=job, data={"exit_code": exit_code})
+    return job
+
+
+def _eval_run_store(job: Job) -> EvalRun:
+    files = job.result.get("files") or {}
+    summary = json.loads(Path(files["metrics"]).read_text()) if files.get("metrics") else {}
+    results_path = job.result.get("results")
+    results = [json.loads(line) for line in Path(results_path).read_text().splitlines()] if results_path else []
+    label = job.base_model + (f" + {job.adapter}" if job.adapter else "")
+    run, _ = EvalRun.objects.update_or_create(
+        job=job,
+        defaults={
+            "snapshot": job.snapshot, "model_label": label, "metrics": job.result.get("metrics") or {},
+            "per_bucket": summary.get("by_bucket", {}), "results": results,
+            "recommendation": summary.get("recommendation", {}),
+        },
+    )  # fmt: skip
+    return run
+
+
+@transaction.atomic
+def job_cancel(*, actor: Actor, job: Job) -> Job:
+    """Ask a job to stop: a queued one is cancelled at once, a running one by its worker (SIGTERM, then SIGKILL)."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state in FINISHED_STATES:
+        return job
+    job.cancel_requested = True
+    if job.state == JobState.QUEUED:
+        job.state, job.finished_at = JobState.CANCELLED, timezone.now()
+    job.save(update_fields=["cancel_requested", "state", "finished_at", "updated_at"])
+    audit_record(actor=actor, action="job.cancel", target=job)
+    return job
+
+
+def jobs_reap(*, stale_after: timedelta | None = None) -> list[Job]:
+    """Requeue running jobs whose worker went silent (within their attempts), or fail them."""
+    from flywheel.training.tasks import run_job
+
+    if stale_after is None:
+        stale_after = timedelta(seconds=settings.JOB_HEARTBEAT_STALE_SECONDS)
+    limit = timezone.now() - stale_after
+    reaped = []
+    for job in Job.objects.filter(state=JobState.RUNNING, heartbeat_at__lt=limit):
+        retry = job.attempts < job.max_attempts and not job.cancel_requested
+        new_state = JobState.QUEUED if retry else (JobState.CANCELLED if job.cancel_requested else JobState.FAILED)
+        updated = Job.objects.filter(pk=job.pk, state=JobState.RUNNING, heartbeat_at=job.heartbeat_at).update(
+            state=new_state, error="" if retry else f"worker lost after {job.attempts} attempt(s)",
+            finished_at=None if retry else timezone.now(), updated_at=timezone.now(),
+        )  # fmt: skip
+        if not updated:
+            continue  # the job beat or finished meanwhile
+        audit_record(
+            actor=None, action="job.requeue" if retry else "job.lost", target=job, data={"attempts": job.attempts}
+        )
+        if retry:
+            transaction.on_commit(partial(run_job.delay, str(job.id)))
+        reaped.append(job)
+    return reaped

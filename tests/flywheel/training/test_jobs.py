@@ -1,0 +1,135 @@
+"""Jobs on a real Celery worker (Redis in CI), with the tiny model and a scripted trainer stand-in."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+
+from flywheel.core.roles import Role
+from flywheel.core.services import api_token_create
+from flywheel.training import services
+from flywheel.training.models import EvalRun, Job, MetricPoint, Sample
+from tests.flywheel.training.conftest import TINY_MODEL, alive, pids_of, scripted_env, wait_for
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def launch(client, token: str, snapshot, **fields) -> Job:
+    body = {"kind": "eval", "snapshot": snapshot.content_hash, "base_model": str(TINY_MODEL), **fields}
+    response = client.post(
+        reverse("training:api_jobs"), body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
+    assert response.status_code == 201, response.content
+    return Job.objects.get(pk=response.json()["id"])
+
+
+@pytest.fixture
+def trainer_token(make_user) -> str:
+    return api_token_create(user=make_user(Role.TRAINER), name="ci")[1]
+
+
+@pytest.mark.slow
+def test_an_eval_job_launched_through_the_api_runs_on_a_real_worker(
+    client, make_user, trainer_token, tiny_snapshot, celery_worker_process
+):
+    celery_worker_process("gpu")
+    hyperparameters = {
+        "verifier": "tool_call",
+        "device": "cpu",
+        "batch_size": 4,
+        "max_new_tokens": 16,
+        "sample_events": 2,
+    }
+    job = wait_for(
+        launch(client, trainer_token, tiny_snapshot, hyperparameters=hyperparameters), ("succeeded", "failed")
+    )
+    assert job.state == "succeeded", job.error + job.log_tail
+    assert MetricPoint.objects.filter(job=job, name="valid_json_rate").exists()
+    assert Sample.objects.filter(job=job).count() == 2
+    run = EvalRun.objects.get(job=job)
+    assert len(run.results) == 5 and "correct_tool_rate" in run.metrics and run.recommendation["method"]
+    assert run.snapshot == tiny_snapshot
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("training:job_detail", args=[job.id])).content.decode()
+    assert "Per task (5)" in page and "Per failure bucket" in page and tiny_snapshot.content_hash[:10] in page
+
+
+def test_a_running_job_cancelled_from_the_page_stops_within_the_grace_period(
+    client, make_user, trainer_token, tiny_snapshot, celery_worker_process
+):
+    celery_worker_process("gpu", env=scripted_env())
+    job = launch(client, trainer_token, tiny_snapshot, hyperparameters={"steps": 10_000, "interval": 0.2})
+    wait_for(job, ("running",))
+    pids = pids_of(job)
+    client.force_login(make_user(Role.TRAINER))
+    client.post(reverse("training:job_cancel", args=[job.id]))
+    cancelled_at = time.monotonic()
+    job = wait_for(job, ("cancelled", "failed", "succeeded"), timeout=30)
+    assert job.state == "cancelled" and time.monotonic() - cancelled_at < 3 + 1 + 5
+    assert not alive(pids["trainer"]) and not alive(pids["child"])
+    assert MetricPoint.objects.filter(job=job).exists()
+
+
+def test_a_killed_worker_loses_no_job_and_leaves_no_trainer(
+    client, trainer_token, tiny_snapshot, celery_worker_process
+):
+    worker = celery_worker_process("gpu", env=scripted_env())
+    job = launch(client, trainer_token, tiny_snapshot, hyperparameters={"steps": 25, "interval": 0.2})
+    wait_for(job, ("running",))
+    pids = pids_of(job)
+    worker.kill()
+    worker.wait()
+    time.sleep(1)
+    assert not alive(pids["trainer"])
+    job.refresh_from_db()
+    requeued = services.jobs_reap(stale_after=timedelta(seconds=0))
+    assert [j.pk for j in requeued] == [job.pk], (job.state, job.heartbeat_at, job.attempts)
+    celery_worker_process("gpu", env=scripted_env())
+    job = wait_for(job, ("succeeded", "failed"))
+    assert job.state == "succeeded" and job.attempts == 2
+    assert MetricPoint.objects.filter(job=job, attempt=2).count() == 25
+
+
+def test_a_job_out_of_attempts_ends_failed_with_the_reason(trainer_token, tiny_snapshot, client):
+    job = Job.objects.create(kind="eval", snapshot=tiny_snapshot, base_model="x", state="running", attempts=3)
+    Job.objects.filter(pk=job.pk).update(heartbeat_at=job.created_at - timedelta(hours=1))
+    services.jobs_reap()
+    job.refresh_from_db()
+    assert job.state == "failed" and "worker lost after 3 attempt(s)" in job.error
+
+
+def test_a_duplicate_delivery_does_not_start_a_second_run(trainer_token, tiny_snapshot, client, celery_worker_process):
+    celery_worker_process("gpu", env=scripted_env())
+    job = launch(client, trainer_token, tiny_snapshot, hyperparameters={"steps": 15, "interval": 0.2})
+    wait_for(job, ("running",))
+    assert services.job_run(job_id=job.pk, worker="duplicate") is None
+    job = wait_for(job, ("succeeded", "failed"))
+    assert job.attempts == 1 and job.state == "succeeded"
+
+
+def test_a_viewer_cannot_launch_or_cancel(client, make_user, tiny_snapshot):
+    viewer_token = api_token_create(user=make_user(Role.VIEWER), name="x")[1]
+    response = client.post(reverse("training:api_jobs"), {}, content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {viewer_token}")  # fmt: skip
+    assert response.status_code == 403
+    job = Job.objects.create(kind="eval", snapshot=tiny_snapshot, base_model="x")
+    client.force_login(make_user(Role.VIEWER))
+    assert client.post(reverse("training:job_cancel", args=[job.id])).status_code == 403
+
+
+def test_a_launch_with_an_unrunnable_kind_or_unknown_snapshot_is_refused_before_queueing(
+    client, trainer_token, tiny_snapshot
+):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {trainer_token}"}
+    url = reverse("training:api_jobs")
+    grpo = client.post(url, {"kind": "grpo", "snapshot": tiny_snapshot.content_hash, "base_model": "demo"},
+                       content_type="application/json", **headers)  # fmt: skip
+    assert grpo.status_code == 400 and "cannot run yet" in grpo.json()["error"]
+    missing = client.post(
+        url, {"kind": "eval", "snapshot": "nope", "base_model": "demo"}, content_type="application/json", **headers
+    )
+    assert missing.status_code == 400 and "no snapshot" in missing.json()["error"]
+    assert not Job.objects.exists()

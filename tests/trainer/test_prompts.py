@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.trainer.tiny_model import TINY_MODEL, tiny_tasks
+from trainer.contracts import ExpectedCall, Task
+from trainer.models import load_tokenizer
+from trainer.parsing import parse_tool_calls
+from trainer.prompts import (
+    FORMAT_INSTRUCTIONS,
+    format_tool_calls,
+    prompt_messages,
+    reference_calls,
+    render_prompt,
+    template_supports_tools,
+)
+from trainer.verifiers import get_verifier
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+# A template in the style of Qwen's: it renders the tools itself.
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTOOLS:{% for tool in tools %}{{ tool['function']['name'] }};{% endfor %}"
+    "<|im_end|>\n{% endif %}{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(str(TINY_MODEL))
+
+
+def weather_task(messages=None):
+    return Task(
+        id="w1",
+        messages=messages or [{"role": "user", "content": "Weather in Paris?"}],
+        tools=[WEATHER_TOOL],
+        expected_calls=[ExpectedCall.exact("get_weather", {"city": "Paris"})],
+    )
+
+
+def test_chatml_without_tool_support_gets_tools_and_format_in_the_system_prompt(tokenizer):
+    assert not template_supports_tools(tokenizer)
+    prompt = render_prompt(weather_task(), tokenizer)
+    system = prompt.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\n")
+    assert json.dumps(WEATHER_TOOL["function"]["parameters"]) in system
+    assert FORMAT_INSTRUCTIONS in system
+    assert "SmolLM" not in prompt  # the template's default system prompt is replaced, not added to
+    assert prompt.endswith("<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_the_tasks_own_system_text_comes_first(tokenizer):
+    task = weather_task(
+        [{"role": "system", "content": "Today's date is 2023-11-30."}, {"role": "user", "content": "Weather tomorrow?"}]
+    )
+    messages = prompt_messages(task)
+    assert [message["role"] for message in messages] == ["system", "user"]
+    assert messages[0]["content"].startswith("Today's date is 2023-11-30.\n\n")
+
+
+def test_earlier_tool_calls_and_results_become_text_turns_in_the_same_format():
+    task = weather_task(
+        [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "user", "content": "And in Rome?"},
+        ]
+    )
+    turns = prompt_messages(task)[1:]
+    assert turns[1] == {
+        "role": "assistant",
+        "content": '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>',
+    }
+    assert turns[2] == {"role": "user", "content": "<tool_response>\nsunny\n</tool_response>"}
+
+
+def test_a_template_with_tool_support_renders_the_tools_itself(tokenizer):
+    tokenizer = load_tokenizer(str(TINY_MODEL))
+    tokenizer.chat_template = TOOL_TEMPLATE
+    assert template_supports_tools(tokenizer)
+    prompt = render_prompt(weather_task(), tokenizer)
+    assert prompt.startswith("<|im_start|>system\nTOOLS:get_weather;<|im_end|>")
+    assert FORMAT_INSTRUCTIONS not in prompt
+
+
+@pytest.mark.parametrize("task", tiny_tasks(), ids=lambda task: task.id)
+def test_a_reference_answer_in_the_prompt_format_parses_and_passes(task):
+    answer = format_tool_calls(reference_calls(task))
+    parsed = parse_tool_calls(answer)
+    assert parsed.ok or task.no_call_expected
+    assert get_verifier("tool_call").score(task, answer).passed
+
+
+def test_reference_calls_leave_out_arguments_that_may_only_be_omitted():
+    task = Task(
+        id="t",
+        messages=[],
+        tools=[WEATHER_TOOL],
+        expected_calls=[ExpectedCall(name="get_weather", arguments={"city": ["Paris", "paris"], "unit": [""]})],
+    )
+    assert reference_calls(task)[0].arguments == {"city": "Paris"}

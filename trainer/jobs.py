@@ -1,0 +1,221 @@
+"""The trainer's side of the job protocol: load the spec, emit events, stop cleanly on SIGTERM.
+
+`run_job` wraps one job kind's body: it loads and checks `run.json`, keeps stdout for
+protocol events only (anything else printed goes to stderr), turns SIGTERM into a stop
+request the body polls, and guarantees that every run ends with a `done` event and exit
+code 0, or an `error` event and a non-zero exit (1 on failure, 143 when stopped by SIGTERM).
+It also parses a kind's typed config out of the spec's `hyperparameters`.
+
+This module imports no torch: the spec and event code stay light. What each job computes
+lives in its own module (`trainer.evaluate` for `eval`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import os
+import signal
+import sys
+import traceback
+import types
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from trainer.contracts import ContractError, DoneEvent, ErrorEvent, JobEvent, RunSpec
+
+EXIT_FAILED = 1
+EXIT_STOPPED = 128 + signal.SIGTERM
+_PR_SET_PDEATHSIG = 1
+ConfigT = TypeVar("ConfigT")
+
+
+class JobError(Exception):
+    """An expected failure (bad input, missing model ...): it becomes an `error` event of `kind`."""
+
+    kind = "failed"
+
+
+class SpecError(JobError):
+    kind = "bad_spec"
+
+
+class JobStopped(JobError):
+    kind = "stopped"
+
+    def __init__(self, message: str = "stopped by SIGTERM before finishing") -> None:
+        super().__init__(message)
+
+
+class EventStream:
+    """Writes one JSON event per line and flushes it, so the reader sees each event at once."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def emit(self, event: JobEvent) -> None:
+        self._stream.write(json.dumps(event.to_json(), ensure_ascii=False, allow_nan=False) + "\n")
+        self._stream.flush()
+
+
+class StopFlag:
+    """Set when SIGTERM arrives; long loops poll it between (and inside) batches."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def request(self) -> None:
+        self.requested = True
+
+    def raise_if_requested(self) -> None:
+        if self.requested:
+            raise JobStopped()
+
+
+@contextmanager
+def protocol_stdout() -> Iterator[EventStream]:
+    """Events go to the real stdout; file descriptor 1 points at stderr meanwhile.
+
+    Libraries print progress and warnings (some from C code, below `sys.stdout`); sending
+    all of that to stderr keeps the event stream one JSON object per line.
+    """
+    sys.stdout.flush()
+    events_fd = os.dup(1)
+    saved_stdout = sys.stdout
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    events = os.fdopen(events_fd, "w", encoding="utf-8", closefd=True)
+    try:
+        yield EventStream(events)
+    finally:
+        events.flush()
+        sys.stdout = saved_stdout
+        os.dup2(events.fileno(), 1)
+        events.close()
+
+
+@contextmanager
+def stop_on_sigterm(flag: StopFlag) -> Iterator[StopFlag]:
+    """Within the block SIGTERM sets `flag` instead of killing the process."""
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: flag.request())
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def die_with_parent() -> None:
+    """Ask Linux to send SIGTERM when the parent (the worker) dies; a no-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    # A parent that dies before this call goes unnoticed; the worker's reaper covers that case.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def load_spec(path: str | Path, kind: str) -> RunSpec:
+    """The RunSpec in `path`, checked to be of `kind`, with paths resolved against its folder."""
+    spec_path = Path(path)
+    try:
+        data = json.loads(spec_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"spec file not found: {spec_path}") from None
+    except json.JSONDecodeError as error:
+        raise SpecError(f"spec {spec_path} is not valid JSON: {error.msg} at line {error.lineno}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"spec {spec_path} must be a JSON object")
+    try:
+        spec = RunSpec.from_json(data)
+    except ContractError as error:
+        raise SpecError(f"spec {spec_path}: {error}") from None
+    if spec.kind != kind:
+        raise SpecError(f"spec {spec_path} is for a {spec.kind!r} job, not {kind!r}")
+    return resolved_paths(spec, spec_path.resolve().parent)
+
+
+def resolved_paths(spec: RunSpec, base: Path) -> RunSpec:
+    """The spec with relative file paths made absolute against `base`.
+
+    The base model is resolved only when it names something under `base`, since a bare
+    name such as `demo` or `org/model` is a model name, not a path.
+    """
+    model = base / spec.base_model
+    return dataclasses.replace(
+        spec,
+        base_model=_normal(model) if _is_relative_path(spec.base_model) or model.exists() else spec.base_model,
+        task_paths=[_normal(base / path) for path in spec.task_paths],
+        output_dir=_normal(base / spec.output_dir),
+        adapter=_normal(base / spec.adapter) if spec.adapter else None,
+    )
+
+
+def _normal(path: Path) -> str:
+    return os.path.normpath(path)
+
+
+def _is_relative_path(name: str) -> bool:
+    return name.startswith(("./", "../"))
+
+
+JobBody = Callable[[RunSpec, EventStream, StopFlag], DoneEvent]
+
+
+def run_job(spec_path: str | Path, kind: str, body: JobBody) -> int:
+    """Run `body` under the protocol; the exit code is 0, EXIT_FAILED or EXIT_STOPPED."""
+    flag = StopFlag()
+    with protocol_stdout() as events, stop_on_sigterm(flag):
+        try:
+            spec = load_spec(spec_path, kind)
+            events.emit(body(spec, events, flag))
+            return 0
+        except JobStopped as stopped:
+            events.emit(ErrorEvent(str(stopped), JobStopped.kind))
+            return EXIT_STOPPED
+        except JobError as error:
+            events.emit(ErrorEvent(str(error), error.kind))
+            return EXIT_FAILED
+        except Exception as error:  # noqa: BLE001 - the protocol promises an error event, never a bare traceback
+            traceback.print_exc(file=sys.stderr)
+            events.emit(ErrorEvent(f"{type(error).__name__}: {error}", "internal"))
+            return EXIT_FAILED
+
+
+# --- Typed configs from a spec's hyperparameters ---------------------------------------------
+
+
+def config_from_json(config_class: type[ConfigT], data: Mapping[str, Any], where: str) -> ConfigT:
+    """An instance of the dataclass `config_class` from JSON, rejecting unknown keys and wrong types."""
+    hints = get_type_hints(config_class)
+    known = {item.name for item in dataclasses.fields(config_class)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    values = {name: _checked_value(name, value, hints[name], where) for name, value in data.items()}
+    try:
+        return config_class(**values)
+    except ValueError as error:
+        raise SpecError(f"{where}: {error}") from None
+
+
+def _checked_value(name: str, value: Any, hint: Any, where: str) -> Any:
+    allowed = _allowed_types(hint)
+    if float in allowed and type(value) is int:
+        return float(value)
+    if type(value) not in allowed:
+        names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in allowed)
+        raise SpecError(f"{where}: '{name}' must be {names}, got {json.dumps(value)}")
+    return value
+
+
+def _allowed_types(hint: Any) -> tuple[type, ...]:
+    if get_origin(hint) in (Union, types.UnionType):
+        return tuple(kind for option in get_args(hint) for kind in _allowed_types(option))
+    return (get_origin(hint) or hint,)
+
+
+def config_help(config_class: type) -> dict[str, str]:
+    """Each field's help text, for `--help` output and docs."""
+    return {item.name: item.metadata.get("help", "") for item in dataclasses.fields(config_class)}

@@ -1,0 +1,119 @@
+"""Render a task as the prompt a model sees: one function for evaluation, SFT and GRPO alike.
+
+`render_prompt(task, tokenizer)` returns the text to generate from. Where the tokenizer's
+chat template supports tools (it renders `tools=` into the prompt), the template gets the
+task's messages and tools as they are and prescribes its own call format. Otherwise (as
+with SmolLM2's ChatML template, which ignores `tools=` and has no tool turns) the system
+prompt carries the tools as JSON Schema and the output format, a JSON call inside
+`<tool_call>` tags that `trainer.parsing` reads; earlier tool calls and tool results in
+the conversation are written as text turns in that same format.
+`format_tool_calls` writes calls in that format, for history turns and SFT targets.
+Parsing what the model answers is `trainer.parsing`'s job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainer.contracts import OMITTABLE, Task, ToolCall
+from trainer.parsing import parse_tool_calls
+
+TOOLS_INTRO = "You can call the following tools. Each is described as JSON Schema:"
+FORMAT_INSTRUCTIONS = (
+    "To call a tool, reply with only a JSON object inside <tool_call></tool_call> tags, "
+    "with the tool's name and its arguments, like this:\n"
+    '<tool_call>{"name": "tool_name", "arguments": {"argument_name": "value"}}</tool_call>\n'
+    "Use one tag per call. If none of the tools fits the request, answer in plain text without a tool call."
+)
+_PROBE_MESSAGES = [{"role": "user", "content": "ping"}]
+_PROBE_TOOL = {"type": "function", "function": {"name": "flywheel_probe_tool", "description": "probe",
+                                                 "parameters": {"type": "object", "properties": {}}}}
+_TOOL_SUPPORT: dict[str, bool] = {}
+
+
+def render_prompt(task: Task, tokenizer: Any) -> str:
+    """The prompt text for `task`, ending where the assistant's answer begins."""
+    if template_supports_tools(tokenizer):
+        return str(tokenizer.apply_chat_template(
+            task.messages, tools=task.tools, add_generation_prompt=True, tokenize=False
+        ))
+    return str(tokenizer.apply_chat_template(prompt_messages(task), add_generation_prompt=True, tokenize=False))
+
+
+def template_supports_tools(tokenizer: Any) -> bool:
+    """Whether the chat template renders `tools=` at all (checked once per template)."""
+    template = str(getattr(tokenizer, "chat_template", None) or "")
+    if template not in _TOOL_SUPPORT:
+        plain = tokenizer.apply_chat_template(_PROBE_MESSAGES, add_generation_prompt=True, tokenize=False)
+        with_tools = tokenizer.apply_chat_template(
+            _PROBE_MESSAGES, tools=[_PROBE_TOOL], add_generation_prompt=True, tokenize=False
+        )
+        _TOOL_SUPPORT[template] = "flywheel_probe_tool" in with_tools and with_tools != plain
+    return _TOOL_SUPPORT[template]
+
+
+def prompt_messages(task: Task) -> list[dict[str, str]]:
+    """The task as plain chat turns: one system prompt with tools and format, then the turns as text."""
+    system_texts = [_text(message) for message in task.messages if message.get("role") == "system"]
+    turns = [_plain_turn(message) for message in task.messages if message.get("role") != "system"]
+    return [{"role": "system", "content": system_prompt(task.tools, system_texts)}, *turns]
+
+
+def system_prompt(tools: Sequence[Mapping[str, Any]], preamble: Sequence[str] = ()) -> str:
+    """The task's own system text, then the tools (one JSON object a line) and the output format."""
+    described = "\n".join(json.dumps(_tool_description(tool), ensure_ascii=False) for tool in tools)
+    parts = [text for text in preamble if text.strip()]
+    parts.append(f"{TOOLS_INTRO}\n<tools>\n{described}\n</tools>")
+    parts.append(FORMAT_INSTRUCTIONS)
+    return "\n\n".join(parts)
+
+
+def _tool_description(tool: Mapping[str, Any]) -> dict[str, Any]:
+    function = tool.get("function", tool)
+    described = {"name": function["name"], "description": function.get("description", "")}
+    described["parameters"] = function.get("parameters") or {"type": "object", "properties": {}}
+    return described
+
+
+def _plain_turn(message: Mapping[str, Any]) -> dict[str, str]:
+    role = message.get("role")
+    if role == "assistant" and message.get("tool_calls"):
+        calls = parse_tool_calls({"tool_calls": message["tool_calls"]}).calls
+        text = _text(message)
+        return {"role": "assistant", "content": (text + "\n" if text else "") + format_tool_calls(calls)}
+    if role == "tool":
+        # ChatML has no tool role; the result goes back as the user's turn, tagged like the calls.
+        return {"role": "user", "content": f"<tool_response>\n{_text(message)}\n</tool_response>"}
+    return {"role": str(role), "content": _text(message)}
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def format_tool_calls(calls: Sequence[ToolCall]) -> str:
+    """Calls in the prompt's output format: one `<tool_call>` JSON object per call."""
+    return "\n".join(f"<tool_call>{json.dumps(call.to_json(), ensure_ascii=False)}</tool_call>" for call in calls)
+
+
+def reference_calls(task: Task) -> list[ToolCall]:
+    """A correct answer to `task`: each expected call with the first accepted value of each argument.
+
+    Arguments whose only accepted value is omission are left out.
+    """
+    calls = []
+    for expected in task.expected_calls:
+        arguments = {}
+        for name, alternatives in expected.arguments.items():
+            present = [value for value in alternatives if value != OMITTABLE]
+            if present:
+                arguments[name] = present[0]
+        calls.append(ToolCall(name=expected.name, arguments=arguments))
+    return calls

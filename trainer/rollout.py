@@ -1,0 +1,287 @@
+"""Generation backends: N completions per prompt, batched, greedy or sampled, seeded.
+
+`TransformersBackend` runs any causal LM that transformers loads, on CPU or GPU: prompts
+are sorted by length and generated in left-padded batches with the KV cache, stopping at
+the end of the assistant's turn or after `max_new_tokens`. `VllmBackend` has the same
+interface on vLLM (GPU only, `pip install .[gpu]`), LoRA adapters included; vllm is
+imported only when that backend is built, so everything else runs without it.
+`open_runtime` builds either from a model name and an optional adapter (verified first).
+A completion's latency is the wall time of the batch it was generated in (what a caller
+waiting for it experiences). Prompt rendering is `trainer.prompts`; scoring is not here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from trainer.contracts import Task
+from trainer.jobs import JobError, JobStopped
+from trainer.prompts import render_prompt
+
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>")
+
+
+class BackendUnavailable(JobError):
+    """The requested backend cannot run here (package missing, no GPU); the message says why."""
+
+    kind = "backend_unavailable"
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How to sample; `temperature` 0 means greedy decoding."""
+
+    max_new_tokens: int = field(default=128, metadata={"help": "Most tokens generated per completion."})
+    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else the sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (sampled decoding only)."})
+    num_samples: int = field(default=1, metadata={"help": "Completions per prompt (N)."})
+    batch_size: int = field(default=16, metadata={"help": "Prompts per generation batch (transformers backend)."})
+    seed: int = field(default=0, metadata={"help": "Seed for sampling; batch i uses seed + i."})
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1 or self.num_samples < 1 or self.batch_size < 1:
+            raise ValueError("max_new_tokens, num_samples and batch_size must be at least 1")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion of one prompt; `finished` is False when the token limit cut it off."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finished: bool
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class GenerationHooks:
+    """Callbacks a caller passes in: poll for a stop request, hear about progress."""
+
+    should_stop: Callable[[], bool] = lambda: False
+    on_progress: Callable[[int, int], None] = lambda done, total: None
+
+
+class GenerationBackend(Protocol):
+    name: str
+
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingConfig, hooks: GenerationHooks | None = None
+    ) -> list[list[Generation]]:
+        """For each prompt, in order, its `sampling.num_samples` completions."""
+        ...
+
+
+class TransformersBackend:
+    """Batched generation with a transformers model and a left-padding tokenizer."""
+
+    name = "transformers"
+
+    def __init__(self, model: Any, tokenizer: Any, device: str) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.stop_token_ids = stop_token_ids(tokenizer)
+
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingConfig, hooks: GenerationHooks | None = None
+    ) -> list[list[Generation]]:
+        hooks = hooks or GenerationHooks()
+        lengths = [len(ids) for ids in self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+        # Similar lengths in one batch waste the least compute on padding.
+        order = sorted(range(len(prompts)), key=lambda index: lengths[index])
+        results: list[list[Generation]] = [[] for _ in prompts]
+        for number, start in enumerate(range(0, len(order), sampling.batch_size)):
+            if hooks.should_stop():
+                raise JobStopped()
+            batch = order[start : start + sampling.batch_size]
+            generated = self._generate_batch([prompts[i] for i in batch], sampling, sampling.seed + number, hooks)
+            for index, generations in zip(batch, generated, strict=True):
+                results[index] = generations
+            hooks.on_progress(min(start + sampling.batch_size, len(order)), len(order))
+        return results
+
+    def _generate_batch(
+        self, prompts: list[str], sampling: SamplingConfig, seed: int, hooks: GenerationHooks
+    ) -> list[list[Generation]]:
+        import torch
+
+        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        torch.manual_seed(seed)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            output = self.model.generate(
+                **encoded,
+                generation_config=self._generation_config(sampling),
+                stopping_criteria=_stop_criteria(hooks),
+            )
+        if hooks.should_stop():
+            raise JobStopped()
+        latency = time.perf_counter() - started
+        prompt_tokens = encoded["attention_mask"].sum(dim=1).tolist()
+        new_tokens = output[:, encoded["input_ids"].shape[1] :].tolist()
+        rows = [self._generation(row, prompt_tokens[i // sampling.num_samples], latency)
+                for i, row in enumerate(new_tokens)]
+        return [rows[i : i + sampling.num_samples] for i in range(0, len(rows), sampling.num_samples)]
+
+    def _generation_config(self, sampling: SamplingConfig) -> Any:
+        from transformers import GenerationConfig
+
+        options: dict[str, Any] = {"do_sample": False}
+        if not sampling.greedy:
+            options = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
+        return GenerationConfig(
+            max_new_tokens=sampling.max_new_tokens,
+            num_return_sequences=sampling.num_samples,
+            eos_token_id=self.stop_token_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            use_cache=True,
+            **options,
+        )
+
+    def _generation(self, tokens: list[int], prompt_tokens: int, latency: float) -> Generation:
+        stop = next((i for i, token in enumerate(tokens) if token in self.stop_token_ids), None)
+        kept = tokens if stop is None else tokens[:stop]
+        return Generation(
+            text=self.tokenizer.decode(kept, skip_special_tokens=True),
+            prompt_tokens=int(prompt_tokens),
+            completion_tokens=len(tokens) if stop is None else stop + 1,
+            finished=stop is not None,
+            latency_s=latency,
+        )
+
+
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """The tokens that end the assistant's turn: the tokenizer's eos and known end-of-turn tokens."""
+    vocab = tokenizer.get_vocab()
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    ids.extend(vocab[token] for token in END_OF_TURN_TOKENS if token in vocab)
+    if not ids:
+        raise ValueError("the tokenizer has no end-of-sequence token to stop generation at")
+    return sorted(set(ids))
+
+
+def _stop_criteria(hooks: GenerationHooks) -> Any:
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class StopWhenAsked(StoppingCriteria):
+        # Checked after every token, so a SIGTERM does not wait for a whole batch to finish.
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
+            return hooks.should_stop()
+
+    return StoppingCriteriaList([StopWhenAsked()])
+
+
+class VllmBackend:
+    """Generation on vLLM, optionally through one LoRA adapter (a PEFT folder)."""
+
+    name = "vllm"
+
+    def __init__(
+        self, model_path: str, adapter_path: str | None = None, seed: int = 0, max_lora_rank: int = 64
+    ) -> None:
+        vllm = import_vllm()
+        self._vllm = vllm
+        self._llm = vllm.LLM(model=model_path, seed=seed, enable_lora=adapter_path is not None,
+                             max_lora_rank=max_lora_rank)
+        self._lora = None
+        if adapter_path is not None:
+            self._lora = importlib.import_module("vllm.lora.request").LoRARequest("adapter", 1, adapter_path)
+
+    def generate(
+        self, prompts: Sequence[str], sampling: SamplingConfig, hooks: GenerationHooks | None = None
+    ) -> list[list[Generation]]:
+        hooks = hooks or GenerationHooks()
+        if hooks.should_stop():
+            raise JobStopped()
+        params = self._vllm.SamplingParams(
+            n=sampling.num_samples,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_new_tokens,
+            seed=sampling.seed,
+        )
+        started = time.perf_counter()
+        # vLLM schedules all prompts itself (continuous batching); one call is the fastest way.
+        outputs = self._llm.generate(list(prompts), params, lora_request=self._lora, use_tqdm=False)
+        latency = time.perf_counter() - started
+        hooks.on_progress(len(prompts), len(prompts))
+        return [[_vllm_generation(output, sample, latency) for sample in output.outputs] for output in outputs]
+
+
+def _vllm_generation(output: Any, sample: Any, latency: float) -> Generation:
+    return Generation(
+        text=sample.text,
+        prompt_tokens=len(output.prompt_token_ids),
+        completion_tokens=len(sample.token_ids),
+        finished=sample.finish_reason == "stop",
+        latency_s=latency,
+    )
+
+
+def import_vllm() -> Any:
+    """The vllm module, or BackendUnavailable saying why it cannot be used here."""
+    try:
+        vllm = importlib.import_module("vllm")
+    except ImportError as error:
+        raise BackendUnavailable(f"the vllm backend needs the vllm package (pip install '.[gpu]'): {error}") from None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BackendUnavailable("the vllm backend needs a CUDA GPU, and none is available")
+    return vllm
+
+
+def vllm_available() -> bool:
+    try:
+        import_vllm()
+    except BackendUnavailable:
+        return False
+    return True
+
+
+@dataclass
+class Runtime:
+    """A backend ready to generate and the tokenizer that renders its prompts."""
+
+    backend: GenerationBackend
+    tokenizer: Any
+    description: str
+
+    def render(self, task: Task) -> str:
+        return render_prompt(task, self.tokenizer)
+
+
+def backend_choice(name: str) -> str:
+    """`transformers` or `vllm`; `auto` picks vllm where it can run."""
+    if name == "auto":
+        return "vllm" if vllm_available() else "transformers"
+    return name
+
+
+def open_runtime(base_model: str, adapter: str | None, backend: str = "transformers", device: str = "auto",
+                 seed: int = 0) -> Runtime:
+    """Load `base_model` (plus the verified `adapter`) on the chosen backend."""
+    from trainer import adapters, models
+
+    if adapter is not None:
+        # Before any model loads: a tampered adapter fails in milliseconds, not after a long load.
+        adapters.verify_adapter(adapter)
+    if backend_choice(backend) == "vllm":
+        import_vllm()
+        path = models.resolve_model(base_model)
+        return Runtime(VllmBackend(path, adapter, seed), models.load_tokenizer(path), f"{path} on vllm")
+    loaded = models.load_model(base_model, device)
+    model = adapters.load_adapter(loaded.model, adapter) if adapter is not None else loaded.model
+    return Runtime(TransformersBackend(model, loaded.tokenizer, loaded.device), loaded.tokenizer,
+                   f"{loaded.path} on transformers ({loaded.device})")
