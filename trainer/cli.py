@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from trainer.contracts import ContractError
+from trainer.environments import environment_names, make_environment
+from trainer.environments.batch import episode_lines
 from trainer.tasks_bfcl import load_bfcl_tasks
 from trainer.verifiers import DEFAULT_VERIFIER, get_verifier, verifier_names
 from trainer.verifiers.batch import Summary, read_tasks, verify_lines
@@ -74,6 +76,12 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
     verify.add_argument("--outputs", required=True, help='JSONL of {"id", "output"}; "-" reads stdin')
     verify.add_argument("--verifier", choices=verifier_names(), default=DEFAULT_VERIFIER)
     verify.add_argument("--policy", help="safety policy JSON for the agent (default: the built-in policy)")
+    verify.add_argument(
+        "--env",
+        choices=environment_names(),
+        help="run each output as an episode: single_step (the verifier) or workbench (a list of calls per task, "
+        "run in the workplace sandbox; data from $FLYWHEEL_WORKBENCH_DIR, default ../shared/external/workbench)",
+    )
     verify.set_defaults(handler=_verify)
 
 
@@ -81,13 +89,19 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         tasks = read_tasks(args.tasks)
         policy = SafetyPolicy.load(args.policy) if args.policy else None
+        environment = make_environment(args.env, args.verifier, policy) if args.env else None
         outputs = sys.stdin if args.outputs == "-" else open(args.outputs, encoding="utf-8")  # noqa: SIM115
     except (OSError, ContractError, json.JSONDecodeError) as error:
         print(f"verify: {error}", file=sys.stderr)
         return EXIT_USAGE
-    summary = Summary(verifier=args.verifier)
+    summary = Summary(verifier=environment.label if environment else args.verifier)
     with outputs:
-        for row in verify_lines(get_verifier(args.verifier, policy), tasks, outputs, summary):
+        rows = (
+            episode_lines(environment, tasks, outputs, summary)
+            if environment
+            else verify_lines(get_verifier(args.verifier, policy), tasks, outputs, summary)
+        )
+        for row in rows:
             sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
     sys.stdout.write(json.dumps({"summary": summary.to_json()}) + "\n")
     return EXIT_INPUT_ERRORS if summary.input_errors else 0

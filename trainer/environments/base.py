@@ -1,0 +1,137 @@
+"""The environment contract: reset with a task, step with tool calls, judge the episode.
+
+An Environment runs one task at a time. `reset(task)` starts an episode, `step(call)` takes
+one tool call and returns a StepResult (the observation a model would see as the tool's
+result, always JSON-serialisable; whether the episode is done; whether the call ran), and
+`judge()` returns the Judgement of the episode so far. `run_calls` and `run_output` play a
+whole recorded episode (a list of calls, or a model output that holds them) in one go; that
+is what `python -m trainer verify --env ...` and a GRPO reward use.
+
+Bad arguments and unknown tools come back as observations, never as exceptions; calling
+`step` or `judge` before `reset` is a programming error and raises. The environments
+themselves are `trainer.environments.single_step` and `trainer.environments.workbench`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trainer.contracts import Task, ToolCall, Verdict
+from trainer.parsing import NO_CALL, ParseResult, parse_tool_calls
+from trainer.verifiers.base import UNPARSEABLE_REASON, Completion
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one call produced: the observation, whether the episode is over, whether the call ran cleanly."""
+
+    observation: Any
+    done: bool
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The verdict on one episode, with what only an episode has: turns, execution, truncation.
+
+    `execution_success` is None where the environment does not execute calls (single_step);
+    `unsafe` holds the rule ids of the safety policy the calls broke; `components` add up to
+    `reward`, as a Verdict's do.
+    """
+
+    task_id: str
+    reward: float
+    passed: bool
+    reason: str
+    components: dict[str, float]
+    turns: int
+    unsafe: list[str] = field(default_factory=list)
+    execution_success: bool | None = None
+    truncated: bool = False
+
+    @classmethod
+    def from_verdict(cls, verdict: Verdict, turns: int) -> Judgement:
+        return cls(
+            task_id=verdict.id,
+            reward=verdict.reward,
+            passed=verdict.passed,
+            reason=verdict.reason,
+            components=verdict.components,
+            turns=turns,
+            unsafe=verdict.violations,
+        )
+
+    def verdict(self) -> Verdict:
+        return Verdict(
+            id=self.task_id,
+            reward=self.reward,
+            passed=self.passed,
+            components=self.components,
+            reason=self.reason,
+            violations=self.unsafe,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A verdict line plus the episode's own fields."""
+        return {
+            **self.verdict().to_json(),
+            "execution_success": self.execution_success,
+            "turns": self.turns,
+            "truncated": self.truncated,
+        }
+
+
+class Environment(ABC):
+    """Runs episodes of tasks; `floor` is the reward of the worst episode."""
+
+    name: ClassVar[str]
+
+    @property
+    def floor(self) -> float:
+        return 0.0
+
+    @property
+    def label(self) -> str:
+        """What the summary line of a verify run names as its scorer."""
+        return self.name
+
+    @abstractmethod
+    def reset(self, task: Task) -> None:
+        """Start an episode of `task` from the environment's starting state."""
+
+    @abstractmethod
+    def step(self, call: ToolCall) -> StepResult:
+        """Take one tool call of the current episode."""
+
+    @abstractmethod
+    def judge(self) -> Judgement:
+        """The judgement of the current episode, as it stands."""
+
+    def run_calls(self, task: Task, calls: Sequence[ToolCall]) -> Judgement:
+        """Play a recorded episode: every call in order (the environment enforces its own limits)."""
+        self.reset(task)
+        for call in calls:
+            self.step(call)
+        return self.judge()
+
+    def run_output(self, task: Task, output: Completion) -> Judgement:
+        """Play the calls a model output holds; an output with no readable calls is judged unreadable."""
+        parsed = parse_tool_calls(output)
+        if not parsed.ok and parsed.error_kind != NO_CALL:
+            return self.unreadable(task, output, parsed)
+        return self.run_calls(task, parsed.calls)
+
+    def unreadable(self, task: Task, output: Completion, parsed: ParseResult) -> Judgement:
+        """The judgement of an output whose calls cannot be read; nothing is run."""
+        return Judgement(
+            task_id=task.id,
+            reward=self.floor,
+            passed=False,
+            reason=f"{UNPARSEABLE_REASON}: {parsed.error}",
+            components={"parse": self.floor},
+            turns=0,
+            execution_success=False,
+        )
