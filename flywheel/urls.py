@@ -15,6 +15,7 @@ urlpatterns = [
     path("accounts/logout/", public(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("flywheel.dashboards.urls")),
+    path("triage/", include("flywheel.triage.urls")),
     path("", include("flywheel.ingest.urls")),
     path("", include("flywheel.datasets.urls")),
     path("", include("flywheel.training.urls")),

@@ -6,4 +6,5 @@ app_name = "dashboards"
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("dashboards/", views.index, name="index"),
 ]

@@ -33,6 +33,7 @@ from flywheel.ingest.models import Step, Trajectory, Upload
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajectory, RecordError, parse_record
 from flywheel.ingest.reader import FileProblem, RawRecord, ReadLimits, read_records
 from flywheel.ingest.redaction import Redactor
+from flywheel.triage.services import suggestions_schedule
 
 logger = logging.getLogger(__name__)
 SEARCH_TEXT_CHARS = 20_000
@@ -237,6 +238,7 @@ def _store_batch(batch: list[_Pending], options: IngestOptions, agents: dict[str
         # Another writer stored some of these meanwhile: fall back to one record at a time.
         results.update({pos: _store_one(p, tid, options, agents) for pos, p, tid in fresh})
     _catalogues_from([pending for position, pending in enumerate(batch) if results[position].status == "stored"])
+    suggestions_schedule(trajectory_ids=[r.trajectory_id for r in results.values() if r.status == "stored"])
     return [results[position] for position in range(len(batch))]
 
 
@@ -360,6 +362,7 @@ def _trajectory_refresh(trajectory: Trajectory, pending: _Pending, agents: dict[
     Step.objects.filter(trajectory=trajectory).delete()
     bulk_insert(Step, _step_rows(pending.parsed, trajectory.id))
     _catalogues_from([pending])
+    suggestions_schedule(trajectory_ids=[trajectory.id])
     return ItemResult(pending.line, "stored", trajectory.id)
 
 

@@ -1,11 +1,13 @@
-"""Failure buckets (the guide's seven plus custom ones) and reviews of trajectories."""
+"""Failure buckets (the guide's seven plus custom ones), reviews, suggestions, queues and safety policies."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
-from flywheel.core.models import TimestampedModel
+from flywheel.core.models import Agent, TimestampedModel
+from flywheel.ingest.models import Trajectory
 
 # The guide's failure modes, in its order; created by a data migration and never deleted.
 BUILT_IN_BUCKETS: list[tuple[str, str, str, str]] = [
@@ -34,3 +36,131 @@ class Bucket(TimestampedModel):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ReviewState(models.TextChoices):
+    UNREVIEWED = "unreviewed", "Unreviewed"
+    REVIEWED = "reviewed", "Reviewed"
+    SKIPPED = "skipped", "Skipped"
+
+
+class Review(TimestampedModel):
+    """A trajectory's review: its state, who reviewed it, the note, and who holds it right now."""
+
+    trajectory = models.OneToOneField(Trajectory, on_delete=models.CASCADE, related_name="review")
+    state = models.CharField(max_length=16, choices=ReviewState.choices, default=ReviewState.UNREVIEWED)
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    note = models.TextField(blank=True)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    # A claim hands the trajectory to one reviewer of a queue until it expires, so abandoned ones come back.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    suggested_at = models.DateTimeField(null=True, blank=True, help_text="When suggestions were last computed.")
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "claimed_until"], name="review_state_claim")]
+
+    def __str__(self) -> str:
+        return f"review of {self.trajectory_id}"
+
+
+class BucketAssignment(models.Model):
+    """One bucket on a trajectory, optionally pointing at the step where the failure shows."""
+
+    class Source(models.TextChoices):
+        HUMAN = "human", "Reviewer"
+        SUGGESTION = "suggestion", "Accepted suggestion"
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="bucket_assignments")
+    bucket = models.ForeignKey(Bucket, on_delete=models.PROTECT, related_name="assignments")
+    step_index = models.IntegerField(null=True, blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.HUMAN)
+    rule = models.CharField(max_length=100, blank=True, help_text="The suggestion's rule, when one was accepted.")
+    assigned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["bucket__position", "bucket__name"]
+        constraints = [models.UniqueConstraint(fields=["trajectory", "bucket"], name="assignment_unique_bucket")]
+        indexes = [models.Index(fields=["bucket", "trajectory"], name="assignment_bucket")]
+
+    def __str__(self) -> str:
+        return f"{self.bucket_id} on {self.trajectory_id}"
+
+
+class Suggestion(models.Model):
+    """What a rule of `suggestions.py` found: a bucket (or none: "needs review"), why, and where."""
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="suggestions")
+    bucket = models.ForeignKey(Bucket, null=True, blank=True, on_delete=models.CASCADE, related_name="suggestions")
+    rule = models.CharField(max_length=100)
+    reason = models.TextField()
+    step_index = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["trajectory", "id"]
+        indexes = [models.Index(fields=["bucket", "trajectory"], name="suggestion_bucket")]
+
+    def __str__(self) -> str:
+        return f"{self.rule} on {self.trajectory_id}"
+
+
+class Queue(TimestampedModel):
+    """A saved filter (plus trajectories added by hand) that assigned reviewers work through."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    # `selectors.TriageFilters` as JSON; an empty filter matches nothing, so a queue can be hand-picked only.
+    filters = models.JSONField(default=dict, blank=True)
+    reviewers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="triage_queues", help_text="Nobody: open to every reviewer."
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueItem(models.Model):
+    """A trajectory added to a queue by hand (bulk action), on top of those its filter matches."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="items")
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="+")
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    added_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "trajectory"], name="queue_item_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.trajectory_id} in {self.queue_id}"
+
+
+class AgentPolicy(TimestampedModel):
+    """An agent's safety policy (trainer's `SafetyPolicy` JSON); agents without one use the default."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="safety_policy")
+    policy = models.JSONField(help_text="A trainer.verifiers.safety.SafetyPolicy as JSON.")
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        verbose_name_plural = "agent policies"
+
+    def __str__(self) -> str:
+        return f"safety policy of {self.agent}"

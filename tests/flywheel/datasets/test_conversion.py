@@ -69,3 +69,9 @@ def test_a_task_can_be_written_from_scratch(client, make_user):
     }  # fmt: skip
     assert client.post(reverse("datasets:task_new"), data).status_code == 302
     assert RegressionTask.objects.get().source_kind == "manual"
+
+
+def test_the_review_page_links_to_convert_at_the_marked_step(client, make_user, tau_failure):
+    client.force_login(make_user(Role.REVIEWER))
+    page = client.get(reverse("triage:review", args=[tau_failure.id])).content.decode()
+    assert reverse("datasets:task_from_trajectory", args=[tau_failure.id]) in page

@@ -1,0 +1,156 @@
+"""Forms of the triage app: they parse input into the services' and selectors' types."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+from uuid import UUID
+
+from django import forms
+from django.contrib.auth.models import User
+from django.db.models import Q
+from django.forms import BoundField
+
+from flywheel.core.roles import Perm
+from flywheel.ingest.forms import TrajectoryFilterForm
+from flywheel.triage.models import Bucket, Queue, ReviewState
+from flywheel.triage.selectors import TriageFilters
+from flywheel.triage.services import BucketChoice
+from flywheel.triage.suggestions import NEEDS_REVIEW
+
+
+def _bucket_choices(first: str) -> list[tuple[str, str]]:
+    return [("", first), *Bucket.objects.values_list("slug", "name")]
+
+
+class TriageFilterForm(TrajectoryFilterForm):
+    """The trajectory list's filters plus bucket, suggested bucket and review state."""
+
+    bucket = forms.ChoiceField(required=False)
+    suggested = forms.ChoiceField(required=False, label="Suggested")
+    state = forms.ChoiceField(required=False, label="Review", choices=[("", "any"), *ReviewState.choices])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.ChoiceField, self.fields["bucket"]).choices = _bucket_choices("any")
+        suggested = cast(forms.ChoiceField, self.fields["suggested"])
+        suggested.choices = [*_bucket_choices("any"), (NEEDS_REVIEW, "needs review")]
+
+    def triage_filters(self) -> TriageFilters:
+        data: dict[str, Any] = self.cleaned_data if self.is_valid() else {}
+        return TriageFilters(
+            base=self.filters(),
+            bucket=data.get("bucket") or "",
+            suggested=data.get("suggested") or "",
+            state=data.get("state") or "",
+        )
+
+
+def _reviewers() -> Any:
+    codename = Perm.TRIAGE.codename
+    can_triage = Q(groups__permissions__codename=codename) | Q(user_permissions__codename=codename)
+    return User.objects.filter(can_triage | Q(is_superuser=True), is_active=True).distinct().order_by("username")
+
+
+class QueueForm(TriageFilterForm):
+    """A queue: its name, reviewers, and the filter that picks its trajectories (review state aside)."""
+
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    reviewers = forms.ModelMultipleChoiceField(
+        queryset=User.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Nobody ticked: every reviewer may take items.",
+    )
+    field_order = ["name", "description", "reviewers"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        del self.fields["state"]  # a queue's members keep their place whatever their review state
+        cast(forms.ModelMultipleChoiceField, self.fields["reviewers"]).queryset = _reviewers()
+
+    def filter_fields(self) -> list[BoundField]:
+        return [self[name] for name in self.fields if name not in ("name", "description", "reviewers")]
+
+    @classmethod
+    def initial_for(cls, queue: Queue) -> dict[str, Any]:
+        """The form's fields from a stored queue (its filter JSON uses the selectors' names)."""
+        data: dict[str, Any] = {"name": queue.name, "description": queue.description}
+        data["reviewers"] = list(queue.reviewers.all())
+        renamed = {"text": "q", "has_error": "error"}
+        for key, value in queue.filters.items():
+            data[renamed.get(key, key)] = str(value).lower() if key == "has_error" else value
+        return data
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        if not self.errors and self.triage_filters().is_empty():
+            raise forms.ValidationError("Choose at least one filter, or add trajectories by hand from the list.")
+        return self.cleaned_data
+
+
+class ReviewForm(forms.Form):
+    """A reviewer's buckets (each with an optional step, posted as `step-<slug>`), note and action."""
+
+    bucket = forms.MultipleChoiceField(required=False)
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}), max_length=10_000)
+    action = forms.ChoiceField(choices=[("save", "save"), ("skip", "skip")], required=False)
+    queue = forms.IntegerField(required=False, min_value=1)
+
+    def __init__(self, *args: Any, buckets: list[Bucket], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.buckets = {bucket.slug: bucket for bucket in buckets}
+        choices = [(slug, bucket.name) for slug, bucket in self.buckets.items()]
+        cast(forms.MultipleChoiceField, self.fields["bucket"]).choices = choices
+
+    def choices(self) -> list[BucketChoice]:
+        return [BucketChoice(self.buckets[slug], self._step(slug)) for slug in self.cleaned_data["bucket"]]
+
+    def _step(self, slug: str) -> int | None:
+        raw = self.data.get(f"step-{slug}", "")
+        if raw in ("", None):
+            return None
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise forms.ValidationError(f"step-{slug} must be a step number") from None
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        for slug in self.cleaned_data.get("bucket", []):
+            self._step(slug)
+        return self.cleaned_data
+
+
+class TrajectoryIdsField(forms.Field):
+    """Trajectory ids posted as repeated `ids` values (the list's checkboxes)."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value: Any) -> list[UUID]:
+        try:
+            return [UUID(str(item)) for item in value or []]
+        except ValueError:
+            raise forms.ValidationError("that is not a trajectory id") from None
+
+
+class BulkForm(forms.Form):
+    """A bulk action on the selected trajectories or on everything the list's filter matches."""
+
+    ACTIONS = [("set_bucket", "Set bucket"), ("add_to_queue", "Add to queue"), ("mark_reviewed", "Mark reviewed")]
+    action = forms.ChoiceField(choices=ACTIONS)
+    scope = forms.ChoiceField(choices=[("selected", "the selected"), ("all", "everything matching the filter")])
+    ids = TrajectoryIdsField(required=False)
+    target_bucket = forms.ModelChoiceField(queryset=Bucket.objects.all(), required=False, to_field_name="slug")
+    target_queue = forms.ModelChoiceField(queryset=Queue.objects.all(), required=False)
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data
+        if cleaned.get("action") == "set_bucket" and not cleaned.get("target_bucket"):
+            self.add_error("target_bucket", "Choose the bucket to set.")
+        if cleaned.get("action") == "add_to_queue" and not cleaned.get("target_queue"):
+            self.add_error("target_queue", "Choose the queue.")
+        if cleaned.get("scope") == "selected" and not cleaned.get("ids"):
+            raise forms.ValidationError("Select trajectories first, or apply to everything matching the filter.")
+        return self.cleaned_data

@@ -1,0 +1,334 @@
+"""Reads of the triage app: filtered trajectory lists, queue members and progress, the review page.
+
+The trajectory filters are the ingest app's (`trajectory_queryset`) plus bucket, suggested
+bucket and review state. Writes, claims included, are in `services.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import date
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import User
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+from django.utils import timezone
+
+from flywheel.core.roles import Perm
+from flywheel.ingest.models import Step, Trajectory
+from flywheel.ingest.selectors import Cursor, TrajectoryFilters, trajectory_queryset
+from flywheel.triage.models import Bucket, BucketAssignment, Queue, QueueItem, Review, ReviewState, Suggestion
+from flywheel.triage.suggestions import NEEDS_REVIEW
+
+_DATE_FIELDS = ("since", "until")
+
+
+@dataclass(frozen=True)
+class TriageFilters:
+    """The ingest list's filters plus bucket (assigned), suggested bucket (or NEEDS_REVIEW) and state."""
+
+    base: TrajectoryFilters = field(default_factory=TrajectoryFilters)
+    bucket: str = ""
+    suggested: str = ""
+    state: str = ""
+
+    def is_empty(self) -> bool:
+        return self == TriageFilters()
+
+    def to_json(self) -> dict[str, Any]:
+        """The set filters only, as a queue stores them."""
+        data: dict[str, Any] = {}
+        for name in (item.name for item in fields(TrajectoryFilters)):
+            value = getattr(self.base, name)
+            if value not in ("", None):
+                data[name] = value.isoformat() if name in _DATE_FIELDS else value
+        data.update({name: getattr(self, name) for name in ("bucket", "suggested", "state") if getattr(self, name)})
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TriageFilters:
+        known = {item.name for item in fields(TrajectoryFilters)}
+        base = {name: value for name, value in data.items() if name in known}
+        for name in _DATE_FIELDS:
+            if base.get(name):
+                base[name] = date.fromisoformat(base[name])
+        return cls(
+            base=TrajectoryFilters(**base),
+            bucket=data.get("bucket", ""),
+            suggested=data.get("suggested", ""),
+            state=data.get("state", ""),
+        )
+
+
+def triage_queryset(filters: TriageFilters) -> QuerySet[Trajectory]:
+    rows = trajectory_queryset(filters.base)
+    if filters.bucket:
+        assigned = BucketAssignment.objects.filter(trajectory=OuterRef("pk"), bucket__slug=filters.bucket)
+        rows = rows.filter(Exists(assigned))
+    if filters.suggested:
+        suggested = Suggestion.objects.filter(trajectory=OuterRef("pk"))
+        if filters.suggested == NEEDS_REVIEW:
+            suggested = suggested.filter(rule=NEEDS_REVIEW)
+        else:
+            suggested = suggested.filter(bucket__slug=filters.suggested)
+        rows = rows.filter(Exists(suggested))
+    if filters.state == ReviewState.UNREVIEWED:
+        rows = rows.filter(Q(review__isnull=True) | Q(review__state=ReviewState.UNREVIEWED))
+    elif filters.state:
+        rows = rows.filter(review__state=filters.state)
+    return rows
+
+
+def triage_page(
+    *, filters: TriageFilters, after: Cursor | None, size: int = 50
+) -> tuple[list[Trajectory], Cursor | None]:
+    """One page of the triage list, newest first, with reviews, buckets and suggestions; keyset-paginated."""
+    rows = (
+        triage_queryset(filters)
+        .select_related("review")
+        .prefetch_related(
+            Prefetch("bucket_assignments", queryset=BucketAssignment.objects.select_related("bucket")),
+            Prefetch("suggestions", queryset=Suggestion.objects.select_related("bucket")),
+        )
+    )
+    if after is not None:
+        rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
+    page = list(rows.order_by("-ingested_at", "-id")[: size + 1])
+    if len(page) <= size:
+        return page, None
+    last = page[size - 1]
+    return page[:size], Cursor(last.ingested_at, last.id)
+
+
+def triage_ids(filters: TriageFilters) -> list[UUID]:
+    """Every trajectory the filters match: what a bulk action on "everything matching" applies to."""
+    return list(triage_queryset(filters).values_list("pk", flat=True))
+
+
+def bucket_list() -> list[Bucket]:
+    return list(Bucket.objects.all())
+
+
+def bucket_keys(buckets: list[Bucket]) -> dict[int, str]:
+    """The number key of each bucket (1 to 9, then 0), in position order."""
+    keys = [str(number % 10) for number in range(1, 11)]
+    return {bucket.pk: key for bucket, key in zip(buckets, keys, strict=False)}
+
+
+# --- queues --------------------------------------------------------------------------------
+
+
+def queue_filters(queue: Queue) -> TriageFilters:
+    return TriageFilters.from_json(queue.filters)
+
+
+def queue_members(queue: Queue) -> QuerySet[Trajectory]:
+    """The trajectories its filter matches (an empty filter matches none) and those added by hand."""
+    by_hand = Q(pk__in=QueueItem.objects.filter(queue=queue).values("trajectory_id"))
+    filters = queue_filters(queue)
+    if filters.is_empty():
+        return Trajectory.objects.filter(by_hand)
+    return Trajectory.objects.filter(Q(pk__in=triage_queryset(filters).values("pk")) | by_hand)
+
+
+def queue_candidates(queue: Queue) -> QuerySet[Review]:
+    """Reviews a reviewer may be handed now: unreviewed members nobody holds, oldest first."""
+    now = timezone.now()
+    return (
+        Review.objects.filter(trajectory__in=queue_members(queue).values("pk"), state=ReviewState.UNREVIEWED)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lte=now))
+        .order_by("trajectory__ingested_at", "trajectory_id")
+    )
+
+
+def queue_held(queue: Queue, reviewer: User) -> Review | None:
+    """The member this reviewer holds a live claim on, if any: "next" hands it back first."""
+    return (
+        Review.objects.filter(
+            trajectory__in=queue_members(queue).values("pk"),
+            state=ReviewState.UNREVIEWED,
+            claimed_by=reviewer,
+            claimed_until__gt=timezone.now(),
+        )
+        .order_by("trajectory__ingested_at", "trajectory_id")
+        .first()
+    )
+
+
+def queue_missing_reviews(queue: Queue, *, limit: int) -> list[UUID]:
+    """Members without a review row yet (ingested before triage, or suggestions still queued)."""
+    return list(queue_members(queue).filter(review__isnull=True).values_list("pk", flat=True)[:limit])
+
+
+def queue_may_review(queue: Queue, user: User) -> bool:
+    if not user.has_perm(Perm.TRIAGE):
+        return False
+    return not queue.reviewers.exists() or queue.reviewers.filter(pk=user.pk).exists()
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    total: int
+    reviewed: int
+    skipped: int
+    claimed: int
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.reviewed - self.skipped
+
+    @property
+    def percent(self) -> int:
+        return round(100 * (self.reviewed + self.skipped) / self.total) if self.total else 0
+
+
+def queue_progress(queue: Queue) -> QueueProgress:
+    live_claim = Q(review__state=ReviewState.UNREVIEWED, review__claimed_until__gt=timezone.now())
+    counts = queue_members(queue).aggregate(
+        total=Count("pk"),
+        reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
+        skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
+        claimed=Count("pk", filter=live_claim),
+    )
+    return QueueProgress(**counts)
+
+
+@dataclass(frozen=True)
+class ReviewerProgress:
+    username: str
+    reviewed: int
+    skipped: int
+    holding: int
+
+
+def queue_reviewer_progress(queue: Queue) -> list[ReviewerProgress]:
+    """Per reviewer: members reviewed and skipped, and claims held now; assigned reviewers always listed."""
+    reviews = Review.objects.filter(trajectory__in=queue_members(queue).values("pk"))
+    done: dict[str, tuple[int, int]] = {
+        row["reviewer__username"]: (row["reviewed"], row["skipped"])
+        for row in reviews.filter(reviewer__isnull=False)
+        .values("reviewer__username")
+        .annotate(
+            reviewed=Count("pk", filter=Q(state=ReviewState.REVIEWED)),
+            skipped=Count("pk", filter=Q(state=ReviewState.SKIPPED)),
+        )
+    }
+    held: dict[str, int] = dict(
+        reviews.filter(state=ReviewState.UNREVIEWED, claimed_until__gt=timezone.now())
+        .values("claimed_by__username")
+        .annotate(count=Count("pk"))
+        .values_list("claimed_by__username", "count")
+    )
+    names = sorted(set(done) | set(held) | set(queue.reviewers.values_list("username", flat=True)))
+    return [ReviewerProgress(name, *done.get(name, (0, 0)), held.get(name, 0)) for name in names]
+
+
+def queue_list() -> list[tuple[Queue, QueueProgress]]:
+    queues = Queue.objects.prefetch_related("reviewers")
+    return [(queue, queue_progress(queue)) for queue in queues]
+
+
+def queue_recent_members(queue: Queue, *, limit: int = 50) -> list[Trajectory]:
+    """The members most recently reviewed or skipped, newest first, for the queue page."""
+    return list(
+        queue_members(queue)
+        .exclude(review__state=ReviewState.UNREVIEWED)
+        .filter(review__isnull=False)
+        .select_related("agent", "review", "review__reviewer")
+        .prefetch_related(Prefetch("bucket_assignments", queryset=BucketAssignment.objects.select_related("bucket")))
+        .order_by("-review__updated_at")[:limit]
+    )
+
+
+# --- the review page -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """A bucket button on the review page: its key, whether it is on, the step it points at."""
+
+    bucket: Bucket
+    key: str | None
+    checked: bool
+    step_index: int | None
+    suggested_step: int | None
+    suggested: bool
+
+
+@dataclass(frozen=True)
+class ReviewPage:
+    trajectory: Trajectory
+    review: Review | None
+    suggestions: list[Suggestion]
+    assigned: list[BucketAssignment]
+    buckets: list[BucketState]
+
+    @property
+    def marked_step(self) -> int | None:
+        """The step the page opens marked: the first bucket's step, so "m" starts where it points."""
+        return next(
+            (state.step_index for state in self.buckets if state.checked and state.step_index is not None), None
+        )
+
+
+def review_page(*, trajectory_id: UUID) -> ReviewPage | None:
+    """A trajectory with its steps, review, suggestions and bucket buttons.
+
+    An unreviewed trajectory without buckets opens with its suggested buckets on (each at the
+    step its first suggestion points at), so accepting suggestions is one key; otherwise the page
+    shows the buckets assigned.
+    """
+    steps = Prefetch("steps", queryset=Step.objects.order_by("index"))
+    trajectory = (
+        Trajectory.objects.select_related("agent", "review", "review__reviewer", "review__claimed_by")
+        .prefetch_related(steps)
+        .filter(pk=trajectory_id)
+        .first()
+    )
+    if trajectory is None:
+        return None
+    review = getattr(trajectory, "review", None)
+    suggestions = list(Suggestion.objects.filter(trajectory=trajectory).select_related("bucket").order_by("id"))
+    rows = list(BucketAssignment.objects.filter(trajectory=trajectory).select_related("bucket", "assigned_by"))
+    assigned = {row.bucket_id: row for row in rows}
+    first_suggested: dict[int, Suggestion] = {}
+    for suggestion in suggestions:
+        if suggestion.bucket_id is not None:
+            first_suggested.setdefault(suggestion.bucket_id, suggestion)
+    prefill = not assigned and (review is None or review.state == ReviewState.UNREVIEWED)
+    buckets = bucket_list()
+    keys = bucket_keys(buckets)
+    states = [
+        _bucket_state(bucket, keys.get(bucket.pk), assigned.get(bucket.pk), first_suggested.get(bucket.pk), prefill)
+        for bucket in buckets
+    ]
+    return ReviewPage(trajectory, review, suggestions, rows, states)
+
+
+def _bucket_state(
+    bucket: Bucket, key: str | None, assignment: BucketAssignment | None, suggestion: Suggestion | None, prefill: bool
+) -> BucketState:
+    suggested_step = suggestion.step_index if suggestion else None
+    if assignment is not None:
+        checked, step = True, assignment.step_index
+    else:
+        checked, step = prefill and suggestion is not None, suggested_step
+    return BucketState(bucket, key, checked, step if checked else None, suggested_step, suggestion is not None)
+
+
+@dataclass(frozen=True)
+class TriageCounts:
+    unreviewed_failures: int
+    reviewed: int
+    queues: int
+
+
+def triage_counts() -> TriageCounts:
+    """Totals for the home page's triage tiles."""
+    failures = triage_queryset(TriageFilters(base=TrajectoryFilters(outcome="failure"), state=ReviewState.UNREVIEWED))
+    return TriageCounts(
+        unreviewed_failures=failures.count(),
+        reviewed=Review.objects.filter(state=ReviewState.REVIEWED).count(),
+        queues=Queue.objects.count(),
+    )

@@ -1,0 +1,494 @@
+"""Writes of the triage app: suggestions, reviews, bucket assignments, queues and their claims, buckets, policies.
+
+Every change a person makes is recorded in the audit log. Two writes are not: suggestions
+computed for freshly ingested trajectories (the system's, recomputable at will) and claims
+(a lease on a queue item that expires by itself). Claims use `SELECT ... FOR UPDATE SKIP
+LOCKED` on PostgreSQL and a conditional UPDATE elsewhere, so two reviewers never get the same
+trajectory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection, transaction
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Substr
+from django.utils import timezone
+from django.utils.text import slugify
+
+from flywheel.core.models import Agent
+from flywheel.core.services import audit_record
+from flywheel.ingest.models import Step, Trajectory
+from flywheel.triage import selectors
+from flywheel.triage.models import (
+    AgentPolicy,
+    Bucket,
+    BucketAssignment,
+    Queue,
+    QueueItem,
+    Review,
+    ReviewState,
+    Suggestion,
+)
+from flywheel.triage.suggestions import StepFacts, TraceFacts, suggest
+from trainer.contracts import ContractError
+from trainer.verifiers.safety import SafetyPolicy
+
+CLAIM_TTL = timedelta(minutes=15)
+LOCK_TIMEOUT = "2s"  # how long a claim waits for a lock other than a row's (skipped) before giving up
+CLAIM_ATTEMPTS = 20
+CHUNK = 500
+RESULT_TEXT_CHARS = 300
+AUDITED_IDS = 1000
+
+
+def _chunks(ids: Iterable[UUID | str], size: int = CHUNK) -> Iterator[list[UUID | str]]:
+    chunk: list[UUID | str] = []
+    for item in ids:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+# --- suggestions ---------------------------------------------------------------------------
+
+
+def suggestions_schedule(*, trajectory_ids: Iterable[UUID | None]) -> None:
+    """The ingest hook: suggest buckets for the stored trajectories on the `default` queue, after commit.
+
+    Computing in the background keeps ingest throughput as it was. It never fails an ingest:
+    when the broker cannot be reached the error is logged and `manage.py suggest_buckets`
+    catches the trajectories up later. None entries (results without an id) are skipped.
+    """
+    from flywheel.triage.tasks import compute_suggestions
+
+    ids = [str(trajectory_id) for trajectory_id in trajectory_ids if trajectory_id is not None]
+    if ids:
+        transaction.on_commit(lambda: compute_suggestions.delay(ids), robust=True)
+
+
+def suggestions_compute(*, trajectory_ids: Iterable[UUID | str]) -> int:
+    """Replace these trajectories' suggestions with what the rules find now; returns how many were stored.
+
+    Safe to run twice and concurrently: each chunk locks its reviews first. Ids of trajectories
+    that are gone are ignored.
+    """
+    return sum(_suggest_chunk(chunk) for chunk in _chunks(trajectory_ids))
+
+
+def suggestions_recompute(*, actor: User | None, everything: bool) -> int:
+    """Suggest for trajectories never suggested for (all of them with `everything`); returns the count."""
+    rows = Trajectory.objects.order_by("pk")
+    if not everything:
+        rows = rows.filter(Q(review__isnull=True) | Q(review__suggested_at__isnull=True))
+    ids = list(rows.values_list("pk", flat=True))
+    stored = suggestions_compute(trajectory_ids=ids)
+    audit_record(
+        actor=actor,
+        action="suggestions.recompute",
+        data={"trajectories": len(ids), "suggestions": stored, "all": everything},
+    )
+    return len(ids)
+
+
+def suggestions_compute_for_agent(*, agent_id: UUID | str) -> int:
+    ids = Trajectory.objects.filter(agent_id=agent_id).order_by("pk").values_list("pk", flat=True)
+    return suggestions_compute(trajectory_ids=list(ids))
+
+
+def _reviews_ensure(trajectory_ids: Sequence[UUID | str]) -> None:
+    """A review row for each trajectory (unreviewed); existing rows are left alone."""
+    existing = Trajectory.objects.filter(pk__in=trajectory_ids).order_by("pk").values_list("pk", flat=True)
+    # Rows of known trajectories with defaults only: nothing for full_clean to catch, one INSERT for all.
+    Review.objects.bulk_create([Review(trajectory_id=pk) for pk in existing], ignore_conflicts=True)
+
+
+@transaction.atomic
+def _suggest_chunk(trajectory_ids: Sequence[UUID | str]) -> int:
+    _reviews_ensure(trajectory_ids)
+    locked = list(
+        Review.objects.select_for_update()
+        .filter(trajectory_id__in=trajectory_ids)
+        .order_by("trajectory_id")
+        .values_list("trajectory_id", flat=True)
+    )
+    buckets = {bucket.slug: bucket for bucket in Bucket.objects.filter(built_in=True)}
+    rows = [
+        Suggestion(
+            trajectory_id=trajectory_id,
+            bucket=buckets[found.bucket] if found.bucket else None,
+            rule=found.rule,
+            reason=found.reason,
+            step_index=found.step_index,
+        )
+        for trajectory_id, facts in _trace_facts(locked).items()
+        for found in suggest(facts)
+    ]
+    Suggestion.objects.filter(trajectory_id__in=locked).delete()
+    Suggestion.objects.bulk_create(rows)
+    Review.objects.filter(trajectory_id__in=locked).update(suggested_at=timezone.now())
+    return len(rows)
+
+
+def _trace_facts(trajectory_ids: Sequence[UUID]) -> dict[UUID, TraceFacts]:
+    """What the rules read, for many trajectories in a few queries (step texts cut short)."""
+    steps: dict[UUID, list[StepFacts]] = {pk: [] for pk in trajectory_ids}
+    rows = (
+        Step.objects.filter(trajectory_id__in=trajectory_ids)
+        .order_by("trajectory_id", "index")
+        .annotate(short_text=Substr("text", 1, RESULT_TEXT_CHARS))
+        .values_list(
+            "trajectory_id",
+            "index",
+            "kind",
+            "tool_name",
+            "tool_arguments",
+            "tool_arguments_raw",
+            "tool_call_id",
+            "is_error",
+            "short_text",
+        )
+    )
+    for trajectory_id, index, kind, tool, arguments, raw, call_id, is_error, text in rows:
+        steps[trajectory_id].append(StepFacts(index, kind, tool, arguments, raw, call_id, is_error, text))
+    outcomes = dict(Trajectory.objects.filter(pk__in=trajectory_ids).values_list("pk", "outcome"))
+    agents = dict(Trajectory.objects.filter(pk__in=trajectory_ids).values_list("pk", "agent_id"))
+    catalogue = dict(Agent.objects.filter(pk__in=set(agents.values())).values_list("pk", "tools"))
+    policies = {agent_id: _policy_for(agent_id) for agent_id in set(agents.values())}
+    return {
+        pk: TraceFacts(outcomes[pk], steps[pk], catalogue[agents[pk]], policies[agents[pk]])
+        for pk in trajectory_ids
+        if pk in outcomes
+    }
+
+
+def _policy_for(agent_id: UUID) -> SafetyPolicy:
+    stored = AgentPolicy.objects.filter(agent_id=agent_id).values_list("policy", flat=True).first()
+    return SafetyPolicy.from_json(stored) if stored is not None else SafetyPolicy.default()
+
+
+# --- reviews -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BucketChoice:
+    """A bucket a reviewer put on a trajectory, and the step it points at (None: the whole trajectory)."""
+
+    bucket: Bucket
+    step_index: int | None = None
+
+
+def _review_locked(trajectory: Trajectory) -> Review:
+    _reviews_ensure([trajectory.pk])
+    return Review.objects.select_for_update().get(trajectory=trajectory)
+
+
+def _assignment_summary(trajectory: Trajectory) -> dict[str, int | None]:
+    rows = BucketAssignment.objects.filter(trajectory=trajectory).values_list("bucket__slug", "step_index")
+    return dict(rows)
+
+
+def _choices_check(trajectory: Trajectory, choices: Sequence[BucketChoice]) -> None:
+    for choice in choices:
+        if choice.step_index is not None and not 0 <= choice.step_index < trajectory.step_count:
+            raise ValidationError(f"{choice.bucket.name}: step #{choice.step_index} is not in this trajectory")
+    slugs = [choice.bucket.slug for choice in choices]
+    if len(slugs) != len(set(slugs)):
+        raise ValidationError("a bucket was chosen twice")
+
+
+def _assignments_replace(*, actor: User, trajectory: Trajectory, choices: Sequence[BucketChoice]) -> None:
+    """Make the trajectory's buckets exactly `choices`; unchanged assignments keep who made them."""
+    existing = {row.bucket_id: row for row in BucketAssignment.objects.filter(trajectory=trajectory)}
+    chosen = {choice.bucket.pk: choice for choice in choices}
+    BucketAssignment.objects.filter(trajectory=trajectory).exclude(bucket_id__in=chosen).delete()
+    suggested = {(row.bucket_id, row.step_index): row.rule for row in Suggestion.objects.filter(trajectory=trajectory)}
+    for bucket_id, choice in chosen.items():
+        current = existing.get(bucket_id)
+        if current is not None and current.step_index == choice.step_index:
+            continue
+        rule = suggested.get((bucket_id, choice.step_index), "")
+        assignment = current or BucketAssignment(trajectory=trajectory, bucket=choice.bucket)
+        assignment.step_index = choice.step_index
+        assignment.source = BucketAssignment.Source.SUGGESTION if rule else BucketAssignment.Source.HUMAN
+        assignment.rule = rule
+        assignment.assigned_by = actor
+        assignment.full_clean()
+        assignment.save()
+
+
+@transaction.atomic
+def review_submit(*, actor: User, trajectory: Trajectory, choices: Sequence[BucketChoice], note: str = "") -> Review:
+    """Store a reviewer's buckets and note, mark the trajectory reviewed, and release its claim."""
+    _choices_check(trajectory, choices)
+    review = _review_locked(trajectory)
+    before = _assignment_summary(trajectory)
+    _assignments_replace(actor=actor, trajectory=trajectory, choices=choices)
+    review.state = ReviewState.REVIEWED
+    review.reviewer = actor
+    review.note = note
+    review.reviewed_at = timezone.now()
+    review.claimed_by = review.claimed_until = None
+    review.full_clean()
+    review.save()
+    after = {choice.bucket.slug: choice.step_index for choice in choices}
+    audit_record(actor=actor, action="review.submit", target=trajectory, data={"buckets": after, "before": before})
+    return review
+
+
+@transaction.atomic
+def review_skip(*, actor: User, trajectory: Trajectory) -> Review:
+    """Set an unreviewed trajectory aside (a reviewed one stays reviewed) and release its claim."""
+    review = _review_locked(trajectory)
+    if review.state == ReviewState.UNREVIEWED:
+        review.state = ReviewState.SKIPPED
+        review.reviewer = actor
+    review.claimed_by = review.claimed_until = None
+    review.full_clean()
+    review.save()
+    audit_record(actor=actor, action="review.skip", target=trajectory, data={"state": review.state})
+    return review
+
+
+# --- queues and claims ---------------------------------------------------------------------
+
+
+def queue_next(*, queue: Queue, reviewer: User) -> Trajectory | None:
+    """The trajectory this reviewer should review next, claimed for them; None when the queue is done.
+
+    A reviewer's live claim comes back first (a reload does not take a second item). Claims
+    expire after CLAIM_TTL, so items abandoned in a closed tab return to the queue.
+    """
+    if not selectors.queue_may_review(queue, reviewer):
+        raise PermissionDenied(f"{reviewer.get_username()} is not a reviewer of queue {queue.name}")
+    held = selectors.queue_held(queue, reviewer)
+    if held is not None:
+        return held.trajectory
+    missing = selectors.queue_missing_reviews(queue, limit=CHUNK)
+    if missing:
+        _reviews_ensure(missing)
+    claim = _claim_skip_locked if connection.vendor == "postgresql" else _claim_conditional
+    review = claim(selectors.queue_candidates(queue), reviewer)
+    return review.trajectory if review is not None else None
+
+
+def _claim_skip_locked(candidates: QuerySet[Review], reviewer: User) -> Review | None:
+    """Lock the first candidate nobody else is locking, and claim it; rows locked by others are skipped."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT])
+        review = candidates.select_for_update(skip_locked=True, of=("self",)).first()
+        if review is None:
+            return None
+        review.claimed_by = reviewer
+        review.claimed_until = timezone.now() + CLAIM_TTL
+        review.save(update_fields=["claimed_by", "claimed_until", "updated_at"])
+        return review
+
+
+def _claim_conditional(candidates: QuerySet[Review], reviewer: User) -> Review | None:
+    """Claim with an UPDATE that only matches an unclaimed row; 0 rows means someone was faster."""
+    for _ in range(CLAIM_ATTEMPTS):
+        pk = candidates.values_list("pk", flat=True).first()
+        if pk is None:
+            return None
+        now = timezone.now()
+        unclaimed = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
+        won = Review.objects.filter(unclaimed, pk=pk, state=ReviewState.UNREVIEWED).update(
+            claimed_by=reviewer, claimed_until=now + CLAIM_TTL, updated_at=now
+        )
+        if won:
+            return Review.objects.select_related("trajectory").get(pk=pk)
+    return None
+
+
+def _queue_save(*, queue: Queue, filters: selectors.TriageFilters, reviewers: Sequence[User]) -> None:
+    queue.filters = filters.to_json()
+    queue.full_clean()
+    queue.save()
+    queue.reviewers.set(reviewers)
+
+
+@transaction.atomic
+def queue_create(
+    *,
+    actor: User,
+    name: str,
+    filters: selectors.TriageFilters,
+    reviewers: Sequence[User] = (),
+    description: str = "",
+) -> Queue:
+    queue = Queue(name=name, description=description, created_by=actor)
+    _queue_save(queue=queue, filters=filters, reviewers=reviewers)
+    audit_record(actor=actor, action="queue.create", target=queue, data=_queue_data(queue))
+    return queue
+
+
+@transaction.atomic
+def queue_update(
+    *,
+    actor: User,
+    queue: Queue,
+    name: str,
+    filters: selectors.TriageFilters,
+    reviewers: Sequence[User],
+    description: str = "",
+) -> Queue:
+    queue.name, queue.description = name, description
+    _queue_save(queue=queue, filters=filters, reviewers=reviewers)
+    audit_record(actor=actor, action="queue.update", target=queue, data=_queue_data(queue))
+    return queue
+
+
+def _queue_data(queue: Queue) -> dict[str, Any]:
+    return {"filters": queue.filters, "reviewers": sorted(queue.reviewers.values_list("username", flat=True))}
+
+
+@transaction.atomic
+def queue_items_add(*, actor: User, queue: Queue, trajectory_ids: Sequence[UUID]) -> int:
+    """Add trajectories to a queue by hand; those already in it are left alone. Returns how many were new."""
+    before = QueueItem.objects.filter(queue=queue).count()
+    for chunk in _chunks(trajectory_ids):
+        known = Trajectory.objects.filter(pk__in=chunk).values_list("pk", flat=True)
+        items = [QueueItem(queue=queue, trajectory_id=pk, added_by=actor) for pk in known]
+        QueueItem.objects.bulk_create(items, ignore_conflicts=True)
+    added = QueueItem.objects.filter(queue=queue).count() - before
+    audit_record(actor=actor, action="queue.add_items", target=queue, data=_bulk_data(trajectory_ids, added))
+    return added
+
+
+# --- bulk actions --------------------------------------------------------------------------
+
+
+def _bulk_data(trajectory_ids: Sequence[UUID], changed: int, **extra: Any) -> dict[str, Any]:
+    ids = [str(pk) for pk in trajectory_ids[:AUDITED_IDS]]
+    return {"selected": len(trajectory_ids), "changed": changed, "ids": ids, **extra}
+
+
+@transaction.atomic
+def bucket_bulk_assign(*, actor: User, bucket: Bucket, trajectory_ids: Sequence[UUID]) -> int:
+    """Put a bucket (no step) on many trajectories; those that carry it already keep theirs."""
+    changed = 0
+    for chunk in _chunks(trajectory_ids):
+        has_it = BucketAssignment.objects.filter(bucket=bucket, trajectory_id__in=chunk).values("trajectory_id")
+        fresh = Trajectory.objects.filter(pk__in=chunk).exclude(pk__in=has_it).values_list("pk", flat=True)
+        rows = [BucketAssignment(trajectory_id=pk, bucket=bucket, assigned_by=actor) for pk in fresh]
+        changed += len(BucketAssignment.objects.bulk_create(rows, ignore_conflicts=True))
+    audit_record(actor=actor, action="bucket.bulk_assign", target=bucket, data=_bulk_data(trajectory_ids, changed))
+    return changed
+
+
+@transaction.atomic
+def review_bulk_mark_reviewed(*, actor: User, trajectory_ids: Sequence[UUID]) -> int:
+    """Mark many trajectories reviewed by `actor`, releasing their claims; returns how many changed."""
+    changed = 0
+    now = timezone.now()
+    for chunk in _chunks(trajectory_ids):
+        _reviews_ensure(chunk)
+        changed += (
+            Review.objects.filter(trajectory_id__in=chunk)
+            .exclude(state=ReviewState.REVIEWED)
+            .update(
+                state=ReviewState.REVIEWED,
+                reviewer=actor,
+                reviewed_at=now,
+                claimed_by=None,
+                claimed_until=None,
+                updated_at=now,
+            )
+        )
+    audit_record(actor=actor, action="review.bulk_mark_reviewed", data=_bulk_data(trajectory_ids, changed))
+    return changed
+
+
+# --- buckets -------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def bucket_create(
+    *, actor: User, name: str, description: str = "", colour: str = "#868e96", position: int = 100
+) -> Bucket:
+    """A custom bucket; its slug comes from its name."""
+    bucket = Bucket(
+        slug=slugify(name).replace("-", "_")[:50], name=name, description=description, colour=colour, position=position
+    )
+    if not bucket.slug:
+        raise ValidationError({"name": "the name needs at least one letter or digit"})
+    bucket.full_clean()
+    bucket.save()
+    audit_record(actor=actor, action="bucket.create", target=bucket, data={"colour": colour, "position": position})
+    return bucket
+
+
+@transaction.atomic
+def bucket_update(*, actor: User, bucket: Bucket, name: str, description: str, colour: str, position: int) -> Bucket:
+    """Rename, describe, recolour or reorder a bucket; a built-in bucket's slug (the rules use it) stays."""
+    bucket.name, bucket.description, bucket.colour, bucket.position = name, description, colour, position
+    bucket.full_clean()
+    bucket.save()
+    audit_record(actor=actor, action="bucket.update", target=bucket, data={"colour": colour, "position": position})
+    return bucket
+
+
+@transaction.atomic
+def bucket_delete(*, actor: User, bucket: Bucket) -> None:
+    """Delete a custom bucket nobody uses; built-in buckets are never deleted."""
+    if bucket.built_in:
+        raise ValidationError(f"{bucket.name} is a built-in bucket and cannot be deleted")
+    used = BucketAssignment.objects.filter(bucket=bucket).count()
+    if used:
+        raise ValidationError(f"{bucket.name} is on {used} trajectories; remove it from them first")
+    audit_record(actor=actor, action="bucket.delete", target=bucket)
+    bucket.delete()
+
+
+# --- safety policies -----------------------------------------------------------------------
+
+
+def policy_validate(policy: Any) -> SafetyPolicy:
+    """Parse a safety policy as trainer reads it, with its regular expressions compiled; ValidationError if bad."""
+    if not isinstance(policy, dict):
+        raise ValidationError("a safety policy is a JSON object")
+    try:
+        parsed = SafetyPolicy.from_json(policy)
+        for rule in parsed.argument_patterns:
+            re.compile(rule.pattern)
+    except (ContractError, re.error) as error:
+        raise ValidationError(str(error)) from error
+    return parsed
+
+
+@transaction.atomic
+def agent_policy_set(*, actor: User, agent: Agent, policy: dict[str, Any]) -> AgentPolicy:
+    """Give an agent its own safety policy and recompute its trajectories' suggestions (in the background)."""
+    from flywheel.triage.tasks import recompute_agent_suggestions
+
+    policy_validate(policy)
+    record = AgentPolicy.objects.filter(agent=agent).first() or AgentPolicy(agent=agent)
+    record.policy = policy
+    record.updated_by = actor
+    record.full_clean()
+    record.save()
+    audit_record(actor=actor, action="agent_policy.set", target=agent, data={"policy": policy})
+    recompute_agent_suggestions.delay_on_commit(str(agent.pk))  # type: ignore[attr-defined]
+    return record
+
+
+@transaction.atomic
+def agent_policy_clear(*, actor: User, agent: Agent) -> None:
+    """Return an agent to trainer's default safety policy."""
+    from flywheel.triage.tasks import recompute_agent_suggestions
+
+    AgentPolicy.objects.filter(agent=agent).delete()
+    audit_record(actor=actor, action="agent_policy.clear", target=agent)
+    recompute_agent_suggestions.delay_on_commit(str(agent.pk))  # type: ignore[attr-defined]

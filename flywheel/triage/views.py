@@ -1,0 +1,242 @@
+"""Pages of the triage app: queues, the keyboard-first review page, and the list with bulk actions.
+
+The review page is one htmx partial (`triage/_review.html`): saving or skipping in a queue
+answers with the next item's partial and pushes its URL, so the reviewer never waits for a
+whole page. Without JavaScript the same forms post and redirect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.roles import Perm
+from flywheel.ingest.models import Trajectory
+from flywheel.ingest.selectors import Cursor
+from flywheel.triage import selectors, services
+from flywheel.triage.forms import BulkForm, QueueForm, ReviewForm, TriageFilterForm
+from flywheel.triage.models import Queue
+
+
+@permission_required(Perm.VIEW)
+def queue_list(request: AuthedRequest) -> HttpResponse:
+    return render(request, "triage/queue_list.html", {"queues": selectors.queue_list()})
+
+
+def _queue_form_page(request: AuthedRequest, form: QueueForm, queue: Queue | None) -> HttpResponse:
+    return render(request, "triage/queue_form.html", {"form": form, "queue": queue})
+
+
+@permission_required(Perm.TRIAGE)
+def queue_new(request: AuthedRequest) -> HttpResponse:
+    form = QueueForm(request.POST or None, initial=request.GET.dict())
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            queue = services.queue_create(
+                actor=request.user,
+                name=data["name"],
+                description=data["description"],
+                filters=form.triage_filters(),
+                reviewers=list(data["reviewers"]),
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            return redirect("triage:queue_detail", queue_id=queue.pk)
+    return _queue_form_page(request, form, None)
+
+
+@permission_required(Perm.TRIAGE)
+def queue_edit(request: AuthedRequest, queue_id: int) -> HttpResponse:
+    queue = get_object_or_404(Queue, pk=queue_id)
+    form = QueueForm(request.POST or None, initial=QueueForm.initial_for(queue))
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.queue_update(
+                actor=request.user,
+                queue=queue,
+                name=data["name"],
+                description=data["description"],
+                filters=form.triage_filters(),
+                reviewers=list(data["reviewers"]),
+            )
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            return redirect("triage:queue_detail", queue_id=queue.pk)
+    return _queue_form_page(request, form, queue)
+
+
+@permission_required(Perm.VIEW)
+def queue_detail(request: AuthedRequest, queue_id: int) -> HttpResponse:
+    queue = get_object_or_404(Queue.objects.prefetch_related("reviewers"), pk=queue_id)
+    context = {
+        "queue": queue,
+        "progress": selectors.queue_progress(queue),
+        "reviewers": selectors.queue_reviewer_progress(queue),
+        "recent": selectors.queue_recent_members(queue),
+        "may_review": selectors.queue_may_review(queue, request.user),
+        "filters": selectors.queue_filters(queue).to_json(),
+    }
+    return render(request, "triage/queue_detail.html", context)
+
+
+def _review_url(trajectory: Trajectory, queue: Queue | None) -> str:
+    url = reverse("triage:review", kwargs={"trajectory_id": trajectory.pk})
+    return f"{url}?queue={queue.pk}" if queue else url
+
+
+@permission_required(Perm.TRIAGE)
+@require_POST
+def queue_next(request: AuthedRequest, queue_id: int) -> HttpResponse:
+    queue = get_object_or_404(Queue, pk=queue_id)
+    trajectory = services.queue_next(queue=queue, reviewer=request.user)
+    if trajectory is None:
+        messages.info(request, f"Nothing left to review in {queue.name}.")
+        return redirect("triage:queue_detail", queue_id=queue.pk)
+    return HttpResponseRedirect(_review_url(trajectory, queue))
+
+
+def _queue_or_none(queue_id: object) -> Queue | None:
+    try:
+        return Queue.objects.filter(pk=int(str(queue_id))).first() if queue_id else None
+    except ValueError:
+        return None
+
+
+def _review_context(
+    request: AuthedRequest, trajectory_id: UUID, queue: Queue | None, *, previous: Trajectory | None = None
+) -> dict[str, object]:
+    page = selectors.review_page(trajectory_id=trajectory_id)
+    if page is None:
+        raise Http404("no such trajectory")
+    return {
+        "page": page,
+        "queue": queue,
+        "progress": selectors.queue_progress(queue) if queue else None,
+        "can_edit": request.user.has_perm(Perm.TRIAGE),
+        "previous": previous,
+    }
+
+
+@permission_required(Perm.VIEW)
+def review(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
+    queue = _queue_or_none(request.GET.get("queue"))
+    previous = _trajectory_or_none(request.GET.get("previous"))
+    context = _review_context(request, trajectory_id, queue, previous=previous)
+    return render(request, "triage/review.html", context)
+
+
+def _trajectory_or_none(value: object) -> Trajectory | None:
+    try:
+        return Trajectory.objects.filter(pk=UUID(str(value))).first() if value else None
+    except ValueError:
+        return None
+
+
+@permission_required(Perm.TRIAGE)
+@require_POST
+def review_save(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
+    """Save (or skip) a trajectory, then show the queue's next item, or this one again outside a queue."""
+    trajectory = get_object_or_404(Trajectory, pk=trajectory_id)
+    form = ReviewForm(request.POST, buckets=selectors.bucket_list())
+    if not form.is_valid():
+        return HttpResponse(f"Not saved: {form.errors.as_text()}", status=400, content_type="text/plain")
+    queue = _queue_or_none(form.cleaned_data["queue"])
+    try:
+        if form.cleaned_data["action"] == "skip":
+            services.review_skip(actor=request.user, trajectory=trajectory)
+        else:
+            services.review_submit(
+                actor=request.user, trajectory=trajectory, choices=form.choices(), note=form.cleaned_data["note"]
+            )
+    except ValidationError as exc:
+        return HttpResponse(f"Not saved: {' '.join(exc.messages)}", status=400, content_type="text/plain")
+    following = services.queue_next(queue=queue, reviewer=request.user) if queue else trajectory
+    return _after_save(request, following, queue, saved=trajectory)
+
+
+def _after_save(
+    request: AuthedRequest, following: Trajectory | None, queue: Queue | None, *, saved: Trajectory
+) -> HttpResponse:
+    if following is None and queue is not None:
+        done = {"queue": queue, "progress": selectors.queue_progress(queue), "previous": saved}
+        if request.headers.get("HX-Request"):
+            response = render(request, "triage/_queue_done.html", done)
+            response["HX-Push-Url"] = reverse("triage:queue_detail", kwargs={"queue_id": queue.pk})
+            return response
+        messages.success(request, f"Queue {queue.name} is done.")
+        return redirect("triage:queue_detail", queue_id=queue.pk)
+    following = following or saved
+    url = _review_url(following, queue)
+    url += ("&" if "?" in url else "?") + f"previous={saved.pk}"
+    if not request.headers.get("HX-Request"):
+        return HttpResponseRedirect(url)
+    response = render(request, "triage/_review.html", _review_context(request, following.pk, queue, previous=saved))
+    response["HX-Push-Url"] = url
+    return response
+
+
+def _list_context(request: AuthedRequest) -> dict[str, object]:
+    form = TriageFilterForm(request.GET)
+    after = Cursor.decode(request.GET.get("after", ""))
+    rows, next_cursor = selectors.triage_page(filters=form.triage_filters(), after=after)
+    query = request.GET.copy()
+    query.pop("after", None)
+    return {
+        "form": form,
+        "trajectories": rows,
+        "query": query.urlencode(),
+        "next_query": f"{query.urlencode()}&after={next_cursor.encode()}" if next_cursor else None,
+        "first_query": query.urlencode() if after else None,
+        "buckets": selectors.bucket_list(),
+        "queues": Queue.objects.all(),
+    }
+
+
+@permission_required(Perm.VIEW)
+def trajectory_list(request: AuthedRequest) -> HttpResponse:
+    return render(request, "triage/trajectory_list.html", _list_context(request))
+
+
+@permission_required(Perm.TRIAGE)
+@require_POST
+def bulk(request: AuthedRequest) -> HttpResponse:
+    """Apply a bulk action, then return to the list with the same filter."""
+    form = BulkForm(request.POST)
+    back = f"{reverse('triage:trajectory_list')}?{request.POST.get('query', '')}"
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(str(error) for error in errors))
+        return HttpResponseRedirect(back)
+    data = form.cleaned_data
+    if data["scope"] == "all":
+        ids = selectors.triage_ids(TriageFilterForm(QueryDict(request.POST.get("query", ""))).triage_filters())
+    else:
+        ids = data["ids"]
+    messages.success(request, _bulk_apply(request, data, ids))
+    return HttpResponseRedirect(back)
+
+
+def _bulk_apply(request: AuthedRequest, data: dict[str, Any], ids: list[UUID]) -> str:
+    action = data["action"]
+    if action == "set_bucket":
+        bucket = data["target_bucket"]
+        changed = services.bucket_bulk_assign(actor=request.user, bucket=bucket, trajectory_ids=ids)
+        return f"{bucket} set on {changed} of {len(ids)} trajectories."
+    if action == "add_to_queue":
+        queue = data["target_queue"]
+        changed = services.queue_items_add(actor=request.user, queue=queue, trajectory_ids=ids)
+        return f"{changed} of {len(ids)} trajectories added to {queue}."
+    changed = services.review_bulk_mark_reviewed(actor=request.user, trajectory_ids=ids)
+    return f"{changed} of {len(ids)} trajectories marked reviewed."

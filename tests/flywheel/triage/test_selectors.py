@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+
+from flywheel.core.roles import Role
+from flywheel.ingest.selectors import TrajectoryFilters
+from flywheel.triage import selectors, services
+from flywheel.triage.models import Bucket
+from flywheel.triage.selectors import TriageFilters
+from flywheel.triage.services import BucketChoice
+from flywheel.triage.suggestions import NEEDS_REVIEW
+from tests.flywheel.triage.conftest import call, result, shop_record, user
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def stored(store):
+    return store(
+        shop_record(
+            "error", [user(), call("lookup_order", {"order_id": "1"}), result("lookup_order", "Error", error=True)]
+        ),
+        shop_record("plain", [user(), {"kind": "assistant", "text": "No."}], model_version="shop:v2"),
+        shop_record("ok", [user()], outcome="success"),
+    )
+
+
+def external_ids(rows) -> list[str]:
+    return sorted(row.external_id for row in rows)
+
+
+def test_filters_round_trip_through_json_as_queues_store_them():
+    filters = TriageFilters(
+        base=TrajectoryFilters(outcome="failure", agent="shop", has_error=True, since=date(2026, 1, 2)),
+        suggested=NEEDS_REVIEW,
+    )
+    assert filters.to_json() == {
+        "outcome": "failure",
+        "agent": "shop",
+        "has_error": True,
+        "since": "2026-01-02",
+        "suggested": NEEDS_REVIEW,
+    }
+    assert TriageFilters.from_json(filters.to_json()) == filters
+    assert TriageFilters().is_empty() and not filters.is_empty()
+
+
+def test_the_list_filters_by_suggested_bucket_assigned_bucket_and_review_state(stored, make_user):
+    def matching(**kwargs) -> list[str]:
+        return external_ids(selectors.triage_queryset(TriageFilters(**kwargs)))
+
+    assert matching(suggested="incomplete_execution") == ["error"]
+    assert matching(suggested=NEEDS_REVIEW) == ["plain"]
+    assert matching(base=TrajectoryFilters(model_version="shop:v2")) == ["plain"]
+    reviewer = make_user(Role.REVIEWER)
+    services.review_submit(
+        actor=reviewer, trajectory=stored["plain"], choices=[BucketChoice(Bucket.objects.get(slug="bad_planning"))]
+    )
+    assert matching(bucket="bad_planning") == ["plain"]
+    assert matching(state="reviewed") == ["plain"]
+    assert matching(state="unreviewed") == ["error", "ok"]
+
+
+def test_the_list_pages_newest_first_with_a_cursor(stored):
+    first, cursor = selectors.triage_page(filters=TriageFilters(), after=None, size=2)
+    rest, end = selectors.triage_page(filters=TriageFilters(), after=cursor, size=2)
+    assert [t.external_id for t in first + rest] == ["ok", "plain", "error"]
+    assert end is None
+
+
+def test_queue_progress_counts_per_queue_and_per_reviewer(stored, make_user):
+    rita, sam = make_user(Role.REVIEWER, "rita"), make_user(Role.REVIEWER, "sam")
+    queue = services.queue_create(
+        actor=rita,
+        name="fails",
+        filters=TriageFilters(base=TrajectoryFilters(outcome="failure")),
+        reviewers=[rita, sam],
+    )
+    held = services.queue_next(queue=queue, reviewer=rita)
+    services.review_submit(actor=rita, trajectory=held, choices=[])
+    services.queue_next(queue=queue, reviewer=sam)
+    progress = selectors.queue_progress(queue)
+    assert (progress.total, progress.reviewed, progress.skipped, progress.claimed, progress.remaining) == (
+        2,
+        1,
+        0,
+        1,
+        1,
+    )
+    assert progress.percent == 50
+    assert [(r.username, r.reviewed, r.skipped, r.holding) for r in selectors.queue_reviewer_progress(queue)] == [
+        ("rita", 1, 0, 0),
+        ("sam", 0, 0, 1),
+    ]
+
+
+def test_a_queue_with_an_empty_filter_holds_only_what_was_added_by_hand(stored, make_user):
+    reviewer = make_user(Role.REVIEWER)
+    queue = services.queue_create(actor=reviewer, name="picked", filters=TriageFilters())
+    assert not selectors.queue_members(queue).exists()
+    services.queue_items_add(actor=reviewer, queue=queue, trajectory_ids=[stored["ok"].pk])
+    assert external_ids(selectors.queue_members(queue)) == ["ok"]
+
+
+def test_the_review_page_opens_unreviewed_with_suggested_buckets_on_at_their_step(stored):
+    page = selectors.review_page(trajectory_id=stored["error"].pk)
+    on = [(s.bucket.slug, s.key, s.step_index) for s in page.buckets if s.checked]
+    assert on == [("incomplete_execution", "7", 2)]
+    assert page.marked_step == 2
+    assert [s.key for s in page.buckets] == ["1", "2", "3", "4", "5", "6", "7"]
+
+
+def test_the_review_page_shows_what_was_saved_once_reviewed(stored, make_user):
+    reviewer = make_user(Role.REVIEWER)
+    services.review_submit(actor=reviewer, trajectory=stored["error"], choices=[])
+    page = selectors.review_page(trajectory_id=stored["error"].pk)
+    assert not any(state.checked for state in page.buckets)
+    assert [s.suggested for s in page.buckets].count(True) == 1
+
+
+def test_the_tenth_bucket_gets_key_zero_and_later_ones_none(make_user):
+    admin = make_user(Role.ADMIN)
+    for number in range(4):
+        services.bucket_create(actor=admin, name=f"Custom {number}")
+    keys = [selectors.bucket_keys(selectors.bucket_list()).get(b.pk) for b in selectors.bucket_list()]
+    assert keys[7:] == ["8", "9", "0", None]

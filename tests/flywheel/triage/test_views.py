@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from flywheel.core.roles import Role
+from flywheel.ingest.selectors import TrajectoryFilters
+from flywheel.triage import services
+from flywheel.triage.models import BucketAssignment, Queue, QueueItem, Review, ReviewState
+from flywheel.triage.selectors import TriageFilters
+from tests.flywheel.triage.conftest import call, result, shop_record, user
+
+pytestmark = pytest.mark.django_db
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def stored(store):
+    return store(
+        shop_record(
+            "first", [user(), call("lookup_order", {"order_id": "1"}), result("lookup_order", "Error", error=True)]
+        ),
+        shop_record("second", [user(), {"kind": "assistant", "text": "No."}]),
+        shop_record("fine", [user()], outcome="success"),
+    )
+
+
+@pytest.fixture
+def reviewer(make_user):
+    return make_user(Role.REVIEWER, "rita")
+
+
+@pytest.fixture
+def queue(reviewer, stored):
+    filters = TriageFilters(base=TrajectoryFilters(outcome="failure"))
+    return services.queue_create(actor=reviewer, name="failures", filters=filters)
+
+
+def save_url(trajectory) -> str:
+    return reverse("triage:review_save", kwargs={"trajectory_id": trajectory.pk})
+
+
+def test_the_queue_list_shows_progress_and_offers_review_to_reviewers_only(client, make_user, queue):
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("triage:queue")).content.decode()
+    assert "failures" in page and "0 / 2" in page
+    assert reverse("triage:queue_next", kwargs={"queue_id": queue.pk}) not in page
+    client.force_login(make_user(Role.REVIEWER))
+    assert (
+        reverse("triage:queue_next", kwargs={"queue_id": queue.pk})
+        in client.get(reverse("triage:queue")).content.decode()
+    )
+
+
+def test_a_reviewer_makes_a_queue_from_a_filter(client, reviewer, stored):
+    client.force_login(reviewer)
+    response = client.post(
+        reverse("triage:queue_new"), {"name": "airline", "outcome": "failure", "reviewers": [reviewer.pk]}
+    )
+    queue = Queue.objects.get(name="airline")
+    assert response.status_code == 302 and response["Location"] == reverse("triage:queue_detail", args=[queue.pk])
+    assert queue.filters == {"outcome": "failure"} and list(queue.reviewers.all()) == [reviewer]
+    refused = client.post(reverse("triage:queue_new"), {"name": "everything"})
+    assert refused.status_code == 200 and b"Choose at least one filter" in refused.content
+
+
+def test_editing_a_queue_starts_from_its_stored_filter(client, reviewer, queue):
+    client.force_login(reviewer)
+    page = client.get(reverse("triage:queue_edit", args=[queue.pk])).content.decode()
+    assert '<option value="failure" selected>' in page
+    client.post(
+        reverse("triage:queue_edit", args=[queue.pk]), {"name": "failures", "outcome": "failure", "agent": "shop"}
+    )
+    queue.refresh_from_db()
+    assert queue.filters == {"outcome": "failure", "agent": "shop"}
+
+
+def test_next_claims_an_item_and_opens_its_review_page(client, reviewer, queue, stored):
+    client.force_login(reviewer)
+    response = client.post(reverse("triage:queue_next", args=[queue.pk]))
+    assert response["Location"] == f"{reverse('triage:review', args=[stored['first'].pk])}?queue={queue.pk}"
+    assert Review.objects.get(trajectory=stored["first"]).claimed_by == reviewer
+
+
+def test_a_viewer_reads_the_review_page_but_cannot_change_anything(client, make_user, stored):
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("triage:review", args=[stored["first"].pk])).content.decode()
+    assert "unrecovered-tool-error" in page and "lookup_order returned an error" in page
+    assert save_url(stored["first"]) not in page
+    assert client.post(save_url(stored["first"]), {"bucket": ["wrong_tool"]}).status_code == 403
+    assert not BucketAssignment.objects.exists()
+
+
+def test_saving_in_a_queue_answers_htmx_with_the_next_item(client, reviewer, queue, stored):
+    client.force_login(reviewer)
+    client.post(reverse("triage:queue_next", args=[queue.pk]))
+    data = {
+        "bucket": ["incomplete_execution", "bad_planning"],
+        "step-incomplete_execution": "2",
+        "note": "n",
+        "queue": queue.pk,
+    }
+    response = client.post(save_url(stored["first"]), data, **HTMX)
+    assert response.status_code == 200
+    assert f'data-trajectory="{stored["second"].pk}"' in response.content.decode()
+    assert response["HX-Push-Url"].startswith(
+        f"{reverse('triage:review', args=[stored['second'].pk])}?queue={queue.pk}"
+    )
+    rows = {
+        a.bucket.slug: (a.step_index, a.source) for a in BucketAssignment.objects.filter(trajectory=stored["first"])
+    }
+    assert rows == {"incomplete_execution": (2, "suggestion"), "bad_planning": (None, "human")}
+    assert Review.objects.get(trajectory=stored["second"]).claimed_by == reviewer
+
+
+def test_skipping_the_last_item_shows_the_queue_is_done(client, reviewer, queue, stored):
+    client.force_login(reviewer)
+    services.review_submit(actor=reviewer, trajectory=stored["first"], choices=[])
+    response = client.post(save_url(stored["second"]), {"action": "skip", "queue": queue.pk}, **HTMX)
+    assert b"failures is done" in response.content
+    assert response["HX-Push-Url"] == reverse("triage:queue_detail", args=[queue.pk])
+    assert Review.objects.get(trajectory=stored["second"]).state == ReviewState.SKIPPED
+
+
+def test_without_javascript_saving_redirects_to_the_next_item(client, reviewer, queue, stored):
+    client.force_login(reviewer)
+    response = client.post(save_url(stored["first"]), {"queue": queue.pk})
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("triage:review", args=[stored["second"].pk]))
+
+
+def test_a_bad_step_is_refused_with_a_reason(client, reviewer, stored):
+    client.force_login(reviewer)
+    response = client.post(save_url(stored["second"]), {"bucket": ["wrong_tool"], "step-wrong_tool": "99"}, **HTMX)
+    assert response.status_code == 400 and b"step #99 is not in this trajectory" in response.content
+
+
+def test_stored_text_is_escaped_on_the_review_page_and_the_list(client, reviewer, store):
+    script = "<script>window.pwned = 1</script>"
+    stored = store(shop_record("x", [user(script), {"kind": "assistant", "text": script}]))
+    services.review_submit(actor=reviewer, trajectory=stored["x"], choices=[], note=script)
+    client.force_login(reviewer)
+    for url in (reverse("triage:review", args=[stored["x"].pk]), reverse("triage:trajectory_list") + "?q=pwned"):
+        page = client.get(url).content.decode()
+        assert script not in page
+    assert (
+        "&lt;script&gt;window.pwned = 1&lt;/script&gt;"
+        in client.get(reverse("triage:review", args=[stored["x"].pk])).content.decode()
+    )
+
+
+# --- the list and its bulk actions --------------------------------------------------------------
+
+
+def test_the_list_shows_states_buckets_and_suggestions_and_filters(client, make_user, stored):
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("triage:trajectory_list"), {"suggested": "incomplete_execution"}).content.decode()
+    assert ">first<" in page and ">second<" not in page and "Incomplete execution" in page
+    assert 'name="ids"' not in page  # viewers get no bulk actions
+
+
+def bulk(client, query: str = "", **data):
+    return client.post(reverse("triage:bulk"), {"query": query, **data})
+
+
+def test_bulk_set_bucket_on_the_selected_rows(client, reviewer, stored):
+    client.force_login(reviewer)
+    ids = [stored["first"].pk, stored["fine"].pk]
+    response = bulk(
+        client, "outcome=failure", action="set_bucket", target_bucket="wrong_tool", scope="selected", ids=ids
+    )
+    assert response["Location"] == reverse("triage:trajectory_list") + "?outcome=failure"
+    assert set(BucketAssignment.objects.values_list("trajectory__external_id", flat=True)) == {"first", "fine"}
+
+
+def test_bulk_mark_reviewed_on_everything_matching_the_filter(client, reviewer, stored):
+    client.force_login(reviewer)
+    bulk(client, "outcome=failure", action="mark_reviewed", scope="all")
+    reviewed = Review.objects.filter(state=ReviewState.REVIEWED).values_list("trajectory__external_id", flat=True)
+    assert sorted(reviewed) == ["first", "second"]
+
+
+def test_bulk_add_to_queue(client, reviewer, queue, stored):
+    client.force_login(reviewer)
+    bulk(client, action="add_to_queue", target_queue=queue.pk, scope="selected", ids=[stored["fine"].pk])
+    assert QueueItem.objects.get(queue=queue).trajectory == stored["fine"]
+
+
+def test_a_bulk_action_without_its_target_or_selection_changes_nothing(client, reviewer, stored):
+    client.force_login(reviewer)
+    response = bulk(client, action="set_bucket", scope="selected", ids=[stored["first"].pk])
+    assert response.status_code == 302
+    assert bulk(client, action="mark_reviewed", scope="selected").status_code == 302
+    assert not BucketAssignment.objects.exists() and not Review.objects.filter(state=ReviewState.REVIEWED).exists()
+
+
+def test_a_viewer_cannot_bulk_change(client, make_user, stored):
+    client.force_login(make_user(Role.VIEWER))
+    assert bulk(client, action="mark_reviewed", scope="all").status_code == 403
+    assert not Review.objects.filter(state=ReviewState.REVIEWED).exists()
