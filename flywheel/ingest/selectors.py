@@ -74,7 +74,13 @@ def trajectory_page(
     *, filters: TrajectoryFilters, after: Cursor | None, size: int = 50
 ) -> tuple[list[Trajectory], Cursor | None]:
     """One page of the list and the cursor of the next one (None on the last page)."""
-    rows = trajectory_queryset(filters)
+    return keyset_page(trajectory_queryset(filters), after=after, size=size)
+
+
+def keyset_page(
+    rows: QuerySet[Trajectory], *, after: Cursor | None, size: int
+) -> tuple[list[Trajectory], Cursor | None]:
+    """Newest first from `after` on, by (ingested_at, id): no OFFSET, so deep pages cost what the first does."""
     if after is not None:
         rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
     page = list(rows.order_by("-ingested_at", "-id")[: size + 1])

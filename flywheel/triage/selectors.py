@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from flywheel.core.roles import Perm
 from flywheel.ingest.models import Step, Trajectory
-from flywheel.ingest.selectors import Cursor, TrajectoryFilters, trajectory_queryset
+from flywheel.ingest.selectors import Cursor, TrajectoryFilters, keyset_page, trajectory_queryset
 from flywheel.triage.models import Bucket, BucketAssignment, Queue, QueueItem, Review, ReviewState, Suggestion
 from flywheel.triage.suggestions import NEEDS_REVIEW
 
@@ -92,13 +92,7 @@ def triage_page(
             Prefetch("suggestions", queryset=Suggestion.objects.select_related("bucket")),
         )
     )
-    if after is not None:
-        rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
-    page = list(rows.order_by("-ingested_at", "-id")[: size + 1])
-    if len(page) <= size:
-        return page, None
-    last = page[size - 1]
-    return page[:size], Cursor(last.ingested_at, last.id)
+    return keyset_page(rows, after=after, size=size)
 
 
 def triage_ids(filters: TriageFilters) -> list[UUID]:
