@@ -65,6 +65,8 @@ class EvalConfig:
         "help": "Cost of a million generated tokens, for cost per task; 0 for a local model."})
     bootstrap_resamples: int = field(default=1000, metadata={"help": "Bootstrap resamples per interval."})
     sample_events: int = field(default=8, metadata={"help": "How many per-task `sample` events to emit."})
+    environment: str | None = field(default=None, metadata={
+        "help": "Run each answer's calls in this environment for execution success (workbench); null for none."})
 
     def __post_init__(self) -> None:
         if self.verifier not in verifier_names():
@@ -75,6 +77,8 @@ class EvalConfig:
             raise ValueError("sample_size must be at least 1 (or null for all tasks)")
         if self.bootstrap_resamples < 1:
             raise ValueError("bootstrap_resamples must be at least 1")
+        if self.environment not in (None, *EXECUTING_ENVIRONMENTS):
+            raise ValueError(f"environment must be one of {', '.join(EXECUTING_ENVIRONMENTS)} or null")
         self.sampling(seed=0)  # SamplingConfig checks the generation settings
 
     def sampling(self, seed: int) -> SamplingConfig:
@@ -86,6 +90,32 @@ class Environment(Protocol):
     """Runs a task's calls and says whether the expected end state was reached."""
 
     def execute(self, task: Task, calls: list[ToolCall]) -> bool: ...
+
+
+# Environments that execute calls against a state; single_step only re-verifies, so it has no end state.
+EXECUTING_ENVIRONMENTS = ("workbench",)
+
+
+@dataclass(frozen=True)
+class EndStateEnvironment:
+    """Execution success from a trainer environment: run the answer's calls, compare the end states."""
+
+    runner: Any
+
+    def execute(self, task: Task, calls: list[ToolCall]) -> bool:
+        return bool(self.runner.run_calls(task, calls).execution_success)
+
+
+def _environment(name: str | None, policy: SafetyPolicy) -> Environment | None:
+    if name is None:
+        return None
+    from trainer.environments import make_environment
+    from trainer.environments.workbench.data import WorkbenchDataMissing
+
+    try:
+        return EndStateEnvironment(make_environment(name, policy=policy))
+    except WorkbenchDataMissing as error:
+        raise SpecError(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -310,6 +340,7 @@ def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     evaluation = Evaluation(
         backend=runtime.backend, render=runtime.render, verifier=get_verifier(config.verifier, policy), policy=policy,
         prices=Prices(config.price_per_million_input_tokens, config.price_per_million_output_tokens),
+        environment=_environment(config.environment, policy),
     )
     hooks = GenerationHooks(should_stop=lambda: stop.requested,
                             on_progress=lambda done, total: events.emit(LogEvent(f"generated {done}/{total}")))

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.trainer.tiny_model import tiny_tasks
 from trainer.contracts import ExpectedCall, Task, TaskMetadata
 from trainer.evaluate import (
@@ -240,3 +241,20 @@ def test_the_eval_config_refuses_an_unknown_verifier_backend_or_token_limit():
 def test_json_that_holds_no_call_is_not_a_valid_call():
     judged = judge(task(), '{"tool_calls": []}', POLICY)
     assert (judged.valid_json, judged.correct_tool) == (False, False)
+
+
+def test_the_workbench_sandbox_gives_execution_success_in_an_eval():
+    from flywheel.datasets.importers import read
+    from trainer.evaluate import _environment
+
+    csv = REPO_ROOT.parent / "shared" / "external" / "workbench" / "processed" / "queries_and_answers"
+    tasks = [candidate.task for candidate in read(csv / "calendar_queries_and_answers.csv", "workbench")][:2]
+    truth = tasks[0].expected_calls[0]
+    right = json.dumps({"name": truth.name, "arguments": {key: values[0] for key, values in truth.arguments.items()}})
+    results = evaluate_tasks(tasks, evaluation([right, "no idea"], _environment("workbench", POLICY)), SamplingConfig())
+    assert [result.execution_success for result in results] == [True, False]
+
+
+def test_only_an_environment_with_an_end_state_can_measure_execution_success():
+    with pytest.raises(ValueError, match="environment must be one of workbench"):
+        EvalConfig(environment="single_step")
