@@ -32,49 +32,34 @@ def queue_list(request: AuthedRequest) -> HttpResponse:
 
 
 def _queue_form_page(request: AuthedRequest, form: QueueForm, queue: Queue | None) -> HttpResponse:
+    """Create or update the queue the form holds; the form again with its errors when that fails."""
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        fields = {
+            "actor": request.user,
+            "name": data["name"],
+            "description": data["description"],
+            "filters": form.triage_filters(),
+            "reviewers": list(data["reviewers"]),
+        }
+        try:
+            saved = services.queue_update(queue=queue, **fields) if queue else services.queue_create(**fields)
+        except ValidationError as exc:
+            form.add_error(None, exc)
+        else:
+            return redirect("triage:queue_detail", queue_id=saved.pk)
     return render(request, "triage/queue_form.html", {"form": form, "queue": queue})
 
 
 @permission_required(Perm.TRIAGE)
 def queue_new(request: AuthedRequest) -> HttpResponse:
-    form = QueueForm(request.POST or None, initial=request.GET.dict())
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            queue = services.queue_create(
-                actor=request.user,
-                name=data["name"],
-                description=data["description"],
-                filters=form.triage_filters(),
-                reviewers=list(data["reviewers"]),
-            )
-        except ValidationError as exc:
-            form.add_error(None, exc)
-        else:
-            return redirect("triage:queue_detail", queue_id=queue.pk)
-    return _queue_form_page(request, form, None)
+    return _queue_form_page(request, QueueForm(request.POST or None, initial=request.GET.dict()), None)
 
 
 @permission_required(Perm.TRIAGE)
 def queue_edit(request: AuthedRequest, queue_id: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=queue_id)
-    form = QueueForm(request.POST or None, initial=QueueForm.initial_for(queue))
-    if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        try:
-            services.queue_update(
-                actor=request.user,
-                queue=queue,
-                name=data["name"],
-                description=data["description"],
-                filters=form.triage_filters(),
-                reviewers=list(data["reviewers"]),
-            )
-        except ValidationError as exc:
-            form.add_error(None, exc)
-        else:
-            return redirect("triage:queue_detail", queue_id=queue.pk)
-    return _queue_form_page(request, form, queue)
+    return _queue_form_page(request, QueueForm(request.POST or None, initial=QueueForm.initial_for(queue)), queue)
 
 
 @permission_required(Perm.VIEW)
