@@ -2,8 +2,8 @@
 
 An adapter folder is what `PeftModel.save_pretrained` writes (`adapter_config.json`,
 `adapter_model.safetensors`; loadable by `PeftModel.from_pretrained` and vLLM's LoRA
-support) plus `flywheel-manifest.json`: the base model, the training config, the data
-snapshot hash, the metrics, and the sha256 of the weights and of the adapter config.
+support) plus `manifest.json`: the base model, the training config, the data
+snapshot hash, the metrics, and `sha256` (the weights file's) and the adapter config's hash.
 Loading verifies both hashes first; a mismatch is an `AdapterError`, never a silent load.
 `merge_adapter` folds an adapter into its base model for export. Training is not here.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from trainer.jobs import JobError
 
-MANIFEST_FILE = "flywheel-manifest.json"
+MANIFEST_FILE = "manifest.json"
 MERGED_FILE = "flywheel-merged.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
@@ -35,7 +35,7 @@ class AdapterManifest:
     """What an adapter is: its base model, how it was trained, on what, how well, and its hashes."""
 
     base_model: str
-    weights_sha256: str
+    sha256: str
     config_sha256: str
     snapshot_sha256: str | None = None
     config: dict[str, Any] = field(default_factory=dict)
@@ -74,7 +74,7 @@ def save_adapter(
     model.save_pretrained(str(target), safe_serialization=True)
     manifest = AdapterManifest(
         base_model=base_model,
-        weights_sha256=file_sha256(target / WEIGHTS_FILE),
+        sha256=file_sha256(target / WEIGHTS_FILE),
         config_sha256=file_sha256(target / CONFIG_FILE),
         snapshot_sha256=snapshot_sha256,
         config=config or {},
@@ -99,7 +99,7 @@ def read_manifest(folder: str | Path) -> AdapterManifest:
 def verify_adapter(folder: str | Path) -> AdapterManifest:
     """The adapter's manifest, after checking its weights and config against the recorded hashes."""
     manifest = read_manifest(folder)
-    for name, expected in ((WEIGHTS_FILE, manifest.weights_sha256), (CONFIG_FILE, manifest.config_sha256)):
+    for name, expected in ((WEIGHTS_FILE, manifest.sha256), (CONFIG_FILE, manifest.config_sha256)):
         path = Path(folder) / name
         if not path.is_file():
             raise AdapterError(f"adapter {folder} has no {name}")

@@ -8,9 +8,11 @@ and sets `handler`; the handler returns the process exit code. Job kinds read a
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 from trainer.contracts import ContractError
 from trainer.environments import environment_names, make_environment
@@ -36,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_tasks(sub)
     add_verify(sub)
     add_eval(sub)
+    add_job(sub, "sft", "supervised fine-tuning of a LoRA adapter on a snapshot's expected calls", "trainer.sft")
+    add_job(sub, "grpo", "GRPO (or DAPO, Dr. GRPO, GSPO) on a LoRA adapter with a verifier's reward", "trainer.grpo")
+    add_job(sub, "gate", "compare a candidate adapter with the live one and decide on promotion", "trainer.gate")
+    add_serve(sub)
     add_models(sub)
     return parser
 
@@ -127,6 +133,39 @@ def _eval(args: argparse.Namespace) -> int:
 
     die_with_parent()
     return run_job(args.spec, "eval", run_eval)
+
+
+def add_job(sub: argparse._SubParsersAction, kind: str, summary: str, module: str) -> None:
+    """A job kind whose module has `Config` (its hyperparameters) and `run(spec, events, stop)`."""
+    parser = sub.add_parser(
+        kind, help=f"{summary} (job protocol: JSON events on stdout)",
+        description=f"{summary}. The spec's hyperparameters are the fields of {module}.Config (docs/trainer.md).",
+    )  # fmt: skip
+    parser.add_argument("--spec", required=True, help=f"run.json: a RunSpec of kind {kind} (see docs/trainer.md)")
+    parser.set_defaults(handler=partial(_job, kind, module))
+
+
+def _job(kind: str, module: str, args: argparse.Namespace) -> int:
+    from trainer.jobs import die_with_parent, run_job
+
+    die_with_parent()
+    body = importlib.import_module(module).run
+    return run_job(args.spec, kind, body)
+
+
+def add_serve(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser("serve", help="an OpenAI-compatible chat server for a base model and an adapter (CPU)")
+    serve.add_argument("--base-model", required=True, help="a local folder, a .gguf file or 'demo'")
+    serve.add_argument("--adapter", help="a LoRA adapter folder (verified against its manifest before loading)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8001)
+    serve.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from trainer.serve import serve_forever
+
+    return serve_forever(args)
 
 
 def add_models(sub: argparse._SubParsersAction) -> None:

@@ -220,6 +220,9 @@ class RunSpec:
 
     `hyperparameters` is the kind's own typed config in JSON form (for `eval`, the fields of
     `trainer.evaluate.EvalConfig`); `adapter` is the parent adapter to start from or evaluate.
+    `task_paths` are the tasks the kind works on (trained on for sft and grpo, evaluated for
+    eval and gate); `heldout_paths` the held-out tasks a training run evaluates as it goes;
+    `regression_paths` the regression tasks a gate must not break.
     Paths may be relative; `trainer.jobs.load_spec` resolves them against the spec's folder.
     """
 
@@ -230,6 +233,8 @@ class RunSpec:
     adapter: str | None = None
     seed: int = 0
     hyperparameters: dict[str, Any] = field(default_factory=dict)
+    heldout_paths: list[str] = field(default_factory=list)
+    regression_paths: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -240,6 +245,8 @@ class RunSpec:
             "adapter": self.adapter,
             "seed": self.seed,
             "hyperparameters": self.hyperparameters,
+            "heldout_paths": self.heldout_paths,
+            "regression_paths": self.regression_paths,
         }
 
     @classmethod
@@ -247,9 +254,7 @@ class RunSpec:
         kind = _require(data, "kind", str, "run spec")
         if kind not in JOB_KINDS:
             raise ContractError(f"run spec: unknown kind {kind!r}; known: {', '.join(JOB_KINDS)}")
-        task_paths = _require(data, "task_paths", list, "run spec")
-        if not all(isinstance(path, str) for path in task_paths):
-            raise ContractError("run spec: 'task_paths' must be a list of strings")
+        task_paths = _path_list(data, "task_paths", required=True)
         adapter = data.get("adapter")
         if adapter is not None and not isinstance(adapter, str):
             raise ContractError("run spec: 'adapter' must be a string or null")
@@ -264,7 +269,16 @@ class RunSpec:
             adapter=adapter,
             seed=seed,
             hyperparameters=dict(data.get("hyperparameters") or {}),
+            heldout_paths=_path_list(data, "heldout_paths"),
+            regression_paths=_path_list(data, "regression_paths"),
         )
+
+
+def _path_list(data: Mapping[str, Any], key: str, *, required: bool = False) -> list[str]:
+    paths = _require(data, key, list, "run spec") if required else data.get(key, [])
+    if not isinstance(paths, list) or not all(isinstance(path, str) for path in paths):
+        raise ContractError(f"run spec: '{key}' must be a list of strings")
+    return list(paths)
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,8 @@ def resolved_paths(spec: RunSpec, base: Path) -> RunSpec:
         spec,
         base_model=_normal(model) if _is_relative_path(spec.base_model) or model.exists() else spec.base_model,
         task_paths=[_normal(base / path) for path in spec.task_paths],
+        heldout_paths=[_normal(base / path) for path in spec.heldout_paths],
+        regression_paths=[_normal(base / path) for path in spec.regression_paths],
         output_dir=_normal(base / spec.output_dir),
         adapter=_normal(base / spec.adapter) if spec.adapter else None,
     )

@@ -31,7 +31,18 @@ class Job(UUIDModel, TimestampedModel):
     kind = models.CharField(max_length=8, choices=JobKind.choices)
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
-    snapshot = models.ForeignKey(TaskSetSnapshot, on_delete=models.PROTECT, related_name="jobs")
+    snapshot = models.ForeignKey(
+        TaskSetSnapshot, on_delete=models.PROTECT, related_name="jobs",
+        help_text="The tasks trained on (sft, grpo) or evaluated (eval, gate).",
+    )  # fmt: skip
+    heldout_snapshot = models.ForeignKey(
+        TaskSetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="heldout_jobs",
+        help_text="Held-out tasks a training run evaluates every eval_interval steps.",
+    )  # fmt: skip
+    regression_snapshot = models.ForeignKey(
+        TaskSetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="regression_jobs",
+        help_text="Regression tasks a gate must not break.",
+    )  # fmt: skip
     base_model = models.CharField(max_length=500)
     adapter = models.CharField(max_length=500, blank=True)
     hyperparameters = models.JSONField(default=dict, blank=True)

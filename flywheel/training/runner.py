@@ -22,6 +22,7 @@ from typing import IO
 from django.conf import settings
 
 from flywheel.datasets.exports import snapshot_lines
+from flywheel.datasets.models import TaskSetSnapshot
 from flywheel.training import services
 from flywheel.training.models import Job
 from trainer.contracts import ContractError, LogEvent, RunSpec, event_from_json
@@ -34,20 +35,27 @@ def attempt_dir(job: Job) -> Path:
 
 
 def write_spec(job: Job, folder: Path) -> Path:
-    """The attempt's run.json and the snapshot's tasks as native JSONL beside it."""
+    """The attempt's run.json and the job's snapshots as native JSONL beside it."""
     folder.mkdir(parents=True, exist_ok=True)
-    tasks = folder / "tasks.jsonl"
-    with tasks.open("w") as out:
-        for line in snapshot_lines(job.snapshot, "native"):
-            out.write(line + "\n")
     spec = RunSpec(
-        kind=job.kind, base_model=job.base_model, task_paths=[str(tasks)], output_dir=str(folder / "output"),
-        adapter=job.adapter or None, seed=int(job.hyperparameters.get("seed", 0)),
+        kind=job.kind, base_model=job.base_model, task_paths=[_write_tasks(job.snapshot, folder / "tasks.jsonl")],
+        heldout_paths=[_write_tasks(job.heldout_snapshot, folder / "heldout.jsonl")] if job.heldout_snapshot else [],
+        regression_paths=(
+            [_write_tasks(job.regression_snapshot, folder / "regression.jsonl")] if job.regression_snapshot else []
+        ),
+        output_dir=str(folder / "output"), adapter=job.adapter or None, seed=int(job.hyperparameters.get("seed", 0)),
         hyperparameters={key: value for key, value in job.hyperparameters.items() if key != "seed"},
     )  # fmt: skip
     path = folder / "run.json"
     path.write_text(json.dumps(spec.to_json(), indent=2))
     return path
+
+
+def _write_tasks(snapshot: TaskSetSnapshot, path: Path) -> str:
+    with path.open("w") as out:
+        for line in snapshot_lines(snapshot, "native"):
+            out.write(line + "\n")
+    return str(path)
 
 
 def _read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:

@@ -22,6 +22,7 @@ from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.models import TaskSetSnapshot
 from flywheel.training.models import FINISHED_STATES, EvalRun, Job, JobKind, JobState, MetricPoint, Sample
+from flywheel.training.signals import job_finished
 from trainer.contracts import CheckpointEvent, DoneEvent, ErrorEvent, JobEvent, LogEvent, MetricEvent, SampleEvent
 
 # The kinds trainer runs today; sft and grpo arrive with the training issue, gate with the registry.
@@ -140,6 +141,7 @@ def job_finish(*, job: Job, exit_code: int | None, stderr_tail: str, cancelled: 
     if job.state == JobState.SUCCEEDED and job.kind == JobKind.EVAL:
         _eval_run_store(job)
     audit_record(actor=None, action=f"job.{job.state}", target=job, data={"exit_code": exit_code})
+    job_finished.send(sender=Job, job=job)
     return job
 
 

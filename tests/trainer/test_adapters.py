@@ -57,7 +57,7 @@ def test_an_adapter_is_saved_in_peft_format_with_a_manifest_of_its_hashes(saved)
     folder, manifest, _ = saved
     assert (folder / WEIGHTS_FILE).is_file() and (folder / CONFIG_FILE).is_file()
     on_disk = json.loads((folder / MANIFEST_FILE).read_text())
-    assert on_disk["weights_sha256"] == file_sha256(folder / WEIGHTS_FILE) == manifest.weights_sha256
+    assert on_disk["sha256"] == file_sha256(folder / WEIGHTS_FILE) == manifest.sha256
     assert on_disk["config_sha256"] == file_sha256(folder / CONFIG_FILE)
     assert (on_disk["base_model"], on_disk["snapshot_sha256"]) == ("tiny", "abc123")
     assert on_disk["config"] == {"learning_rate": 1e-4} and on_disk["metrics"] == {"valid_json_rate": 0.5}
