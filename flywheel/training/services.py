@@ -44,6 +44,8 @@ def job_launch(
     adapter: str = "",
     agent: Agent | None = None,
     hyperparameters: dict[str, Any] | None = None,
+    heldout_snapshot: TaskSetSnapshot | None = None,
+    regression_snapshot: TaskSetSnapshot | None = None,
 ) -> Job:
     from flywheel.training.tasks import run_job
 
@@ -54,7 +56,8 @@ def job_launch(
     if not isinstance(hyperparameters or {}, dict):
         raise LaunchRefused("hyperparameters must be a JSON object")
     job = Job(
-        kind=kind, snapshot=snapshot, base_model=base_model.strip(), adapter=adapter.strip(), agent=agent,
+        kind=kind, snapshot=snapshot, heldout_snapshot=heldout_snapshot, regression_snapshot=regression_snapshot,
+        base_model=base_model.strip(), adapter=adapter.strip(), agent=agent,
         hyperparameters=hyperparameters or {}, launched_by=actor_user(actor),
         max_attempts=settings.JOB_MAX_ATTEMPTS,
     )  # fmt: skip
