@@ -70,8 +70,21 @@ def save_adapter(
     metrics: dict[str, Any] | None = None,
 ) -> AdapterManifest:
     """Save a PeftModel's adapter to `folder` with its manifest; returns the manifest."""
+    model.save_pretrained(str(folder), safe_serialization=True)
+    return write_manifest(folder, base_model=base_model, snapshot_sha256=snapshot_sha256, config=config,
+                          metrics=metrics)
+
+
+def write_manifest(
+    folder: str | Path,
+    *,
+    base_model: str,
+    snapshot_sha256: str | None = None,
+    config: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+) -> AdapterManifest:
+    """The manifest of an adapter PEFT already wrote to `folder` (a training checkpoint, say)."""
     target = Path(folder)
-    model.save_pretrained(str(target), safe_serialization=True)
     manifest = AdapterManifest(
         base_model=base_model,
         sha256=file_sha256(target / WEIGHTS_FILE),

@@ -106,7 +106,7 @@ class EndStateEnvironment:
         return bool(self.runner.run_calls(task, calls).execution_success)
 
 
-def _environment(name: str | None, policy: SafetyPolicy) -> Environment | None:
+def execution_environment(name: str | None, policy: SafetyPolicy) -> Environment | None:
     if name is None:
         return None
     from trainer.environments import make_environment
@@ -340,7 +340,7 @@ def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     evaluation = Evaluation(
         backend=runtime.backend, render=runtime.render, verifier=get_verifier(config.verifier, policy), policy=policy,
         prices=Prices(config.price_per_million_input_tokens, config.price_per_million_output_tokens),
-        environment=_environment(config.environment, policy),
+        environment=execution_environment(config.environment, policy),
     )
     hooks = GenerationHooks(should_stop=lambda: stop.requested,
                             on_progress=lambda done, total: events.emit(LogEvent(f"generated {done}/{total}")))
@@ -373,7 +373,7 @@ def _finish(
                             encoding="utf-8")
     metrics_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for task, result in list(zip(tasks, results, strict=True))[: config.sample_events]:
-        events.emit(SampleEvent(step=0, task_id=task.id, prompt=_last_user_text(task), completion=result.output,
+        events.emit(SampleEvent(step=0, task_id=task.id, prompt=last_user_text(task), completion=result.output,
                                 reward=result.reward, components=result.verdict["components"]))
     overall = report["overall"]
     for name, value in overall.items():
@@ -385,7 +385,7 @@ def _finish(
     return DoneEvent(metrics=overall, results=str(results_path), files={"metrics": str(metrics_path)})
 
 
-def _last_user_text(task: Task) -> str:
+def last_user_text(task: Task) -> str:
     for message in reversed(task.messages):
         if message.get("role") == "user" and isinstance(message.get("content"), str):
             return str(message["content"])

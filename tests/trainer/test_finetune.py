@@ -1,0 +1,272 @@
+"""The `sft` and `grpo` jobs on the tiny model: events, adapters, checkpoints, stop and resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.tiny_model import REPO_ROOT, TINY_MODEL, TINY_TASKS, tiny_model
+from trainer import finetune, grpo, sft
+from trainer.adapters import MANIFEST_FILE, WEIGHTS_FILE, file_sha256, save_adapter, verify_adapter
+from trainer.jobs import EXIT_FAILED, EXIT_STOPPED, run_job
+
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+EXAMPLES = REPO_ROOT / "trainer" / "examples"
+
+
+def spec_file(tmp_path: Path, kind: str, **hyperparameters) -> Path:
+    """The tiny example spec of `kind` with absolute paths and `hyperparameters` overridden."""
+    spec = json.loads((EXAMPLES / f"tiny_{kind}.json").read_text())
+    spec.update(base_model=str(TINY_MODEL), task_paths=[str(TINY_TASKS)], heldout_paths=[str(TINY_TASKS)],
+                output_dir=str(tmp_path / "out"))
+    adapter = hyperparameters.pop("adapter", None)
+    spec["adapter"] = adapter
+    for key in ("task_paths", "heldout_paths"):
+        if key in hyperparameters:
+            spec[key] = hyperparameters.pop(key)
+    spec["hyperparameters"] = {**spec["hyperparameters"], **hyperparameters}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def events_in(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def run_in_process(kind: str, spec: Path, capfd) -> tuple[int, list[dict]]:
+    body = {"sft": sft.run, "grpo": grpo.run}[kind]
+    code = run_job(spec, kind, body)
+    return code, events_in(capfd.readouterr().out)
+
+
+def metric_names(events: list[dict], step: int | None = None) -> set[str]:
+    return {e["name"] for e in events if e["event"] == "metric" and (step is None or e["step"] == step)}
+
+
+def test_sft_trains_an_adapter_and_reports_it(tmp_path, capfd):
+    code, events = run_in_process("sft", spec_file(tmp_path, "sft"), capfd)
+    assert code == 0, events[-1]
+    done = events[-1]
+    assert done["event"] == "done"
+    adapter = Path(done["files"]["adapter_dir"])
+    manifest = json.loads((adapter / MANIFEST_FILE).read_text())
+    assert manifest["sha256"] == file_sha256(adapter / WEIGHTS_FILE)
+    assert manifest["config"]["kind"] == "sft" and manifest["base_model"] == str(TINY_MODEL)
+    verify_adapter(adapter)
+    assert {"loss", "learning_rate"} <= metric_names(events)
+    assert "heldout/correct_arguments_rate" in metric_names(events, step=0)
+    checkpoints = [e for e in events if e["event"] == "checkpoint"]
+    assert checkpoints and (Path(checkpoints[-1]["path"]) / MANIFEST_FILE).is_file()
+    assert done["metrics"]["steps"] == 3 and "heldout/correct_arguments_rate" in done["metrics"]
+
+
+def test_sft_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, monkeypatch):
+    trained = spy_on_final_model(monkeypatch)
+    code, events = run_in_process("sft", spec_file(tmp_path, "sft"), capfd)
+    assert code == 0, events[-1]
+    assert_only_lora_changed(trained["model"])
+
+
+def test_grpo_reports_rewards_per_component_held_out_metrics_samples_and_checkpoints(tmp_path, capfd):
+    code, events = run_in_process("grpo", spec_file(tmp_path, "grpo"), capfd)
+    assert code == 0, events[-1]
+    assert {"reward/mean", "reward/std", "tied_group_fraction", "completion_length", "loss"} <= metric_names(events, 1)
+    assert any(name.startswith("reward/") and name.count("/") == 2 for name in metric_names(events, 2))
+    assert "tokens_per_second" in metric_names(events)
+    assert {e["step"] for e in events if e["event"] == "metric" and e["name"].startswith("heldout/")} == {0, 2, 4}
+    checkpoints = [e["step"] for e in events if e["event"] == "checkpoint"]
+    assert checkpoints == [2, 4]
+    samples = [e for e in events if e["event"] == "sample"]
+    assert len(samples) == 4 and all(sample["components"] for sample in samples)
+    assert samples[0]["prompt"] and "<|im_start|>" not in samples[0]["prompt"]
+    done = events[-1]
+    assert done["event"] == "done" and done["metrics"]["steps"] == 4
+    verify_adapter(done["files"]["adapter_dir"])
+
+
+def test_grpo_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, monkeypatch):
+    # The tiny random model's completions all score alike, which gives GRPO no advantage to follow;
+    # rewarding length gives the groups a spread, so the step has a gradient.
+    monkeypatch.setattr(grpo.TaskReward, "__call__", rewarded_by_length)
+    trained = spy_on_final_model(monkeypatch)
+    code, events = run_in_process("grpo", spec_file(tmp_path, "grpo", eval_interval=0, checkpoint_interval=0), capfd)
+    assert code == 0, events[-1]
+    assert any(e["name"] == "grad_norm" and e["value"] > 0 for e in events if e["event"] == "metric")
+    assert_only_lora_changed(trained["model"])
+
+
+def rewarded_by_length(self, prompts, completions, task_id, **_):
+    pairs = zip(task_id, completions, strict=True)
+    self.last_batch = [grpo.Scored(task, text, float(len(text)), {"length": float(len(text))}) for task, text in pairs]
+    return [float(len(completion)) for completion in completions]
+
+
+def spy_on_final_model(monkeypatch) -> dict:
+    seen: dict = {}
+    original = finetune.save_final
+
+    def spy(model, *args, **kwargs):
+        seen["model"] = model
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(finetune, "save_final", spy)
+    return seen
+
+
+def assert_only_lora_changed(model) -> None:
+    """LoRA's B matrices start at zero; training moved them. Every base weight equals the file's."""
+    base = dict(tiny_model().model.state_dict())
+    lora_b = {name: p for name, p in model.named_parameters() if "lora_B" in name}
+    assert lora_b and any(p.detach().abs().sum() > 0 for p in lora_b.values())
+    compared = 0
+    for name, tensor in model.state_dict().items():
+        if "lora_" in name:
+            continue
+        plain = name.removeprefix("base_model.model.").replace(".base_layer", "")
+        assert (tensor == base[plain]).all(), f"base weight {plain} changed"
+        compared += 1
+    assert compared == len(base)
+
+
+# --- Bad input: an error event naming the problem before any step runs ----------------------
+
+
+def other_base_adapter(tmp_path: Path) -> Path:
+    from peft import LoraConfig, get_peft_model
+
+    folder = tmp_path / "other-adapter"
+    peft_model = get_peft_model(tiny_model().model, LoraConfig(r=2, target_modules=["q_proj"]))
+    save_adapter(peft_model, folder, base_model="HuggingFaceTB/SmolLM2-1.7B-Instruct")
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["sft", "grpo"])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"learning_rate": 0}, "learning_rate must be above 0"),
+        ({"task_paths": ["empty.jsonl"]}, "the train snapshot has no usable tasks: the task snapshot is empty"),
+        ({"adapter": "other"}, "was trained on base model 'HuggingFaceTB/SmolLM2-1.7B-Instruct'"),
+    ],
+)
+def test_bad_input_fails_before_any_step(tmp_path, capfd, kind, change, message):
+    change = dict(change)
+    if "task_paths" in change:
+        (tmp_path / "empty.jsonl").write_text("")
+        change["task_paths"] = [str(tmp_path / "empty.jsonl")]
+    if change.get("adapter") == "other":
+        change["adapter"] = str(other_base_adapter(tmp_path))
+    code, events = run_in_process(kind, spec_file(tmp_path, kind, **change), capfd)
+    assert code == EXIT_FAILED
+    assert events[-1]["event"] == "error" and message in events[-1]["message"]
+    assert not [e for e in events if e["event"] == "metric" and e["step"] > 0]
+
+
+def test_grpo_refuses_a_loss_type_trl_would_only_reject_at_the_first_loss(tmp_path, capfd):
+    code, events = run_in_process("grpo", spec_file(tmp_path, "grpo", loss_type="ppo"), capfd)
+    assert code == EXIT_FAILED
+    assert events[-1]["kind"] == "bad_spec"
+    assert "unknown loss_type 'ppo'; known: grpo, dr_grpo, dapo" in events[-1]["message"]
+
+
+def test_grpo_configs_accept_gspo_and_dapo():
+    assert grpo.Config(loss_type="grpo", importance_sampling_level="sequence").importance_sampling_level == "sequence"
+    assert grpo.Config(loss_type="dapo").loss_type == "dapo"
+    with pytest.raises(ValueError, match="num_generations must be at least 2"):
+        grpo.Config(num_generations=1)
+
+
+# --- SIGTERM saves a checkpoint; resume continues from it ------------------------------------
+
+
+def start_trainer(kind: str, spec: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "trainer", kind, "--spec", str(spec)], cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=OFFLINE)
+
+
+def test_sigterm_saves_a_checkpoint_and_resume_continues_from_it(tmp_path):
+    spec = spec_file(tmp_path, "grpo", max_steps=30, eval_interval=0, checkpoint_interval=100)
+    process = start_trainer("grpo", spec)
+    assert process.stdout is not None
+    events = []
+    for line in process.stdout:
+        events.append(json.loads(line))
+        if events[-1]["event"] == "metric" and events[-1]["step"] >= 2:
+            process.send_signal(signal.SIGTERM)
+            break
+    events += events_in(process.stdout.read())
+    assert process.wait(timeout=60) == EXIT_STOPPED
+    assert events[-1]["event"] == "error" and events[-1]["kind"] == "stopped"
+    stopped_at = [e for e in events if e["event"] == "checkpoint"][-1]["step"]
+    assert 2 <= stopped_at < 30
+    verify_adapter(tmp_path / "out" / finetune.CHECKPOINTS / f"checkpoint-{stopped_at}")
+
+    spec = spec_file(tmp_path, "grpo", max_steps=stopped_at + 2, eval_interval=0, checkpoint_interval=100,
+                     resume=True)
+    resumed = subprocess.run([sys.executable, "-m", "trainer", "grpo", "--spec", str(spec)], cwd=REPO_ROOT,
+                             capture_output=True, text=True, env=OFFLINE, timeout=120)
+    events = events_in(resumed.stdout)
+    assert resumed.returncode == 0, events[-1]
+    assert any("resuming from" in e.get("message", "") for e in events if e["event"] == "log")
+    steps = sorted({e["step"] for e in events if e["event"] == "metric"})
+    assert steps == [stopped_at + 1, stopped_at + 2], [e for e in events if e.get("step") == stopped_at]
+    assert events[-1]["metrics"]["steps"] == stopped_at + 2
+
+
+@pytest.mark.slow
+def test_grpo_runs_under_accelerate_launch_with_one_process(tmp_path):
+    spec = spec_file(tmp_path, "grpo", max_steps=2, eval_interval=0, checkpoint_interval=0)
+    launched = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--cpu", "-m", "trainer", "grpo",
+         "--spec", str(spec)],
+        cwd=REPO_ROOT, capture_output=True, text=True, env=OFFLINE, timeout=300,
+    )  # fmt: skip
+    events = events_in(launched.stdout)
+    assert launched.returncode == 0, launched.stderr[-2000:]
+    assert events[-1]["event"] == "done" and events[-1]["metrics"]["steps"] == 2
+
+
+# --- Flags: reward hacking and collapse signs --------------------------------------------------
+
+
+def test_reward_rising_while_held_out_falls_is_flagged_once():
+    watch = finetune.FlagWatch()
+    watch.train_reward(0.1)
+    assert watch.heldout(0, {"correct_arguments_rate": {"value": 0.5}}) is None
+    for _ in range(5):
+        watch.train_reward(0.9)
+    flag = watch.heldout(10, {"correct_arguments_rate": {"value": 0.3}})
+    assert flag is not None and flag.level == "warning" and flag.message.startswith("flag: reward_hacking")
+    assert watch.heldout(20, {"correct_arguments_rate": {"value": 0.2}}) is None
+
+
+def test_rising_reward_with_rising_held_out_is_not_flagged():
+    watch = finetune.FlagWatch()
+    watch.train_reward(0.1)
+    watch.heldout(0, {"correct_arguments_rate": {"value": 0.3}})
+    watch.train_reward(0.9)
+    assert watch.heldout(10, {"correct_arguments_rate": {"value": 0.5}}) is None
+
+
+def test_completion_length_drift_is_flagged():
+    watch = finetune.FlagWatch()
+    assert all(watch.completion_length(step, 20.0) is None for step in range(1, 5))
+    assert watch.completion_length(5, 35.0) is None
+    flag = watch.completion_length(6, 64.0)
+    assert flag is not None and flag.message.startswith("flag: length_drift")
+
+
+def test_verbatim_repeats_across_prompts_are_flagged():
+    watch = finetune.FlagWatch()
+    varied = [("a", "x1"), ("a", "x2"), ("b", "y1"), ("b", "y2")]
+    assert watch.completions(1, varied) is None
+    collapsed = [("a", "same"), ("a", "same"), ("b", "same"), ("b", "other")]
+    flag = watch.completions(2, collapsed)
+    assert flag is not None and flag.message.startswith("flag: repetition") and "3 of 4" in flag.message
