@@ -126,10 +126,14 @@ def policy_model(spec: RunSpec, device: str) -> tuple[Any, Any, str]:
 
 
 def last_checkpoint(output_dir: str) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
+    """The highest-step complete checkpoint (its manifest is written last) under `output_dir`, if any."""
     folder = Path(output_dir) / CHECKPOINTS
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    steps = [
+        (int(path.name.removeprefix("checkpoint-")), path)
+        for path in (folder.glob("checkpoint-*") if folder.is_dir() else [])
+        if path.name.removeprefix("checkpoint-").isdigit() and (path / adapters.MANIFEST_FILE).is_file()
+    ]
+    return str(max(steps)[1]) if steps else None
 
 
 def resume_point(spec: RunSpec, resume: bool, events: EventStream) -> str | None:

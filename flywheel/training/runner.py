@@ -9,9 +9,11 @@ checked between lines. A cancel sends SIGTERM, then SIGKILL after the grace peri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import threading
@@ -46,9 +48,27 @@ def write_spec(job: Job, folder: Path) -> Path:
         output_dir=str(folder / "output"), adapter=job.adapter or None, seed=int(job.hyperparameters.get("seed", 0)),
         hyperparameters={key: value for key, value in job.hyperparameters.items() if key != "seed"},
     )  # fmt: skip
+    if job.kind in services.TRAINING_KINDS and _carry_last_checkpoint(job, Path(spec.output_dir)):
+        spec = dataclasses.replace(spec, hyperparameters={**spec.hyperparameters, "resume": True})
     path = folder / "run.json"
     path.write_text(json.dumps(spec.to_json(), indent=2))
     return path
+
+
+def _carry_last_checkpoint(job: Job, output: Path) -> bool:
+    """Copy the newest checkpoint of an earlier attempt into this attempt's output; whether there was one.
+
+    A copy, not a shared folder: a leftover trainer of a lost attempt can never write into this one.
+    """
+    from trainer.finetune import CHECKPOINTS, last_checkpoint
+
+    for attempt in range(job.attempts - 1, 0, -1):
+        earlier = Path(settings.JOB_RUNS_DIR) / str(job.id) / f"attempt-{attempt}" / "output"
+        checkpoint = last_checkpoint(str(earlier))
+        if checkpoint is not None:
+            shutil.copytree(checkpoint, output / CHECKPOINTS / Path(checkpoint).name, dirs_exist_ok=True)
+            return True
+    return False
 
 
 def _write_tasks(snapshot: TaskSetSnapshot, path: Path) -> str:

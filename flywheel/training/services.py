@@ -20,13 +20,14 @@ from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
-from flywheel.datasets.models import TaskSetSnapshot
+from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.training.models import FINISHED_STATES, EvalRun, Job, JobKind, JobState, MetricPoint, Sample
 from flywheel.training.signals import job_finished
 from trainer.contracts import CheckpointEvent, DoneEvent, ErrorEvent, JobEvent, LogEvent, MetricEvent, SampleEvent
 
-# The kinds trainer runs today; sft and grpo arrive with the training issue, gate with the registry.
-RUNNABLE_KINDS = (JobKind.EVAL,)
+# The kinds trainer runs today; gate arrives with the registry.
+RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO)
+TRAINING_KINDS = (JobKind.SFT, JobKind.GRPO)
 LOG_TAIL_LINES = 200
 
 
@@ -55,6 +56,9 @@ def job_launch(
         raise LaunchRefused("a base model is required (a local folder, a .gguf file or 'demo')")
     if not isinstance(hyperparameters or {}, dict):
         raise LaunchRefused("hyperparameters must be a JSON object")
+    _check_hyperparameters(kind, hyperparameters or {})
+    if kind in TRAINING_KINDS:
+        _check_training_snapshots(snapshot, heldout_snapshot)
     job = Job(
         kind=kind, snapshot=snapshot, heldout_snapshot=heldout_snapshot, regression_snapshot=regression_snapshot,
         base_model=base_model.strip(), adapter=adapter.strip(), agent=agent,
@@ -66,6 +70,31 @@ def job_launch(
     audit_record(actor=actor, action="job.launch", target=job, data={"kind": kind, "snapshot": snapshot.content_hash})
     run_job.delay_on_commit(str(job.id))  # type: ignore[attr-defined]  # celery-types predates it
     return job
+
+
+def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:
+    """The trainer's own typed config rejects what the job would reject, before anything is queued."""
+    from trainer.evaluate import EvalConfig
+    from trainer.grpo import Config as GrpoConfig
+    from trainer.jobs import SpecError, config_from_json
+    from trainer.sft import Config as SftConfig
+
+    config_class = {JobKind.EVAL: EvalConfig, JobKind.SFT: SftConfig, JobKind.GRPO: GrpoConfig}[JobKind(kind)]
+    fields = {key: value for key, value in hyperparameters.items() if key != "seed"}
+    try:
+        config_from_json(config_class, fields, f"{kind} hyperparameters")
+    except SpecError as error:
+        raise LaunchRefused(str(error)) from None
+
+
+def _check_training_snapshots(snapshot: TaskSetSnapshot, heldout: TaskSetSnapshot | None) -> None:
+    # Held-out tasks are never trained on (DESIGN.md): the split is checked here, not trusted to the form.
+    if snapshot.split != Split.TRAIN:
+        raise LaunchRefused(f"snapshot {snapshot.name!r} is a {snapshot.split} snapshot; train on a train snapshot")
+    if snapshot.task_count == 0:
+        raise LaunchRefused(f"snapshot {snapshot.name!r} has no tasks")
+    if heldout is not None and heldout.split != Split.HELDOUT:
+        raise LaunchRefused(f"snapshot {heldout.name!r} is not a held-out snapshot")
 
 
 def job_claim(*, job_id: Any, worker: str) -> Job | None:

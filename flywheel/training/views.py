@@ -89,25 +89,36 @@ def job_cancel(request: AuthedRequest, job_id: UUID) -> HttpResponse:
 @permission_required(Perm.LAUNCH_JOBS, api=True)
 @require_POST
 def api_jobs(request: AuthedRequest) -> JsonResponse:
-    """Launch a job: {"kind", "snapshot" (id or content hash), "base_model", "adapter"?, "hyperparameters"?}."""
+    """Launch a job: {"kind", "snapshot" (id or content hash), "base_model", "adapter"?, "hyperparameters"?,
+    "heldout_snapshot"? (sft and grpo evaluate on it as they train)}."""
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
         return JsonResponse({"error": "the body is not valid JSON"}, status=400)
     if not isinstance(body, dict):
         return JsonResponse({"error": "the body must be a JSON object"}, status=400)
-    reference = str(body.get("snapshot", ""))
-    snapshot = TaskSetSnapshot.objects.filter(content_hash=reference).first()
-    if snapshot is None and len(reference) == 36:
-        snapshot = TaskSetSnapshot.objects.filter(pk=reference).first()
+    snapshot = _snapshot(body.get("snapshot"))
     if snapshot is None:
+        reference = body.get("snapshot")
         return JsonResponse({"error": f"no snapshot {reference!r} (give its id or content hash)"}, status=400)
+    heldout = _snapshot(body["heldout_snapshot"]) if body.get("heldout_snapshot") else None
+    if body.get("heldout_snapshot") and heldout is None:
+        return JsonResponse({"error": f"no held-out snapshot {body['heldout_snapshot']!r}"}, status=400)
     try:
         job = services.job_launch(
             actor=request.user, kind=str(body.get("kind", "")), snapshot=snapshot,
             base_model=str(body.get("base_model", "")), adapter=str(body.get("adapter") or ""), agent=snapshot.agent,
-            hyperparameters=body.get("hyperparameters") or {},
+            hyperparameters=body.get("hyperparameters") or {}, heldout_snapshot=heldout,
         )  # fmt: skip
     except services.LaunchRefused as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"id": str(job.id), "state": job.state, "snapshot": snapshot.content_hash}, status=201)
+
+
+def _snapshot(reference: object) -> TaskSetSnapshot | None:
+    """A snapshot by content hash or id."""
+    text = str(reference or "")
+    snapshot = TaskSetSnapshot.objects.filter(content_hash=text).first()
+    if snapshot is None and len(text) == 36:
+        snapshot = TaskSetSnapshot.objects.filter(pk=text).first()
+    return snapshot

@@ -5,20 +5,21 @@ import pytest
 from flywheel.core.roles import Role
 from tests.conftest import PASSWORD
 from tests.flywheel.training.conftest import scripted_env
-from tests.flywheel.training.conftest import tiny_snapshot as tiny_snapshot  # noqa: F401  (a shared fixture)
+from tests.flywheel.training.conftest import tiny_train_snapshot as tiny_train_snapshot  # noqa: F401  (shared)
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_chart_of_a_running_job_gains_points(
-    page, live_server, make_user, sign_in, celery_worker_process, tiny_snapshot
+    page, live_server, make_user, sign_in, celery_worker_process, tiny_train_snapshot
 ):
     celery_worker_process("gpu", env=scripted_env())
     sign_in(make_user(Role.TRAINER), PASSWORD)
     page.goto(f"{live_server.url}/jobs/new/")
-    page.get_by_label("Snapshot").select_option(str(tiny_snapshot.id))
+    page.get_by_label("Kind").select_option("grpo")
+    page.get_by_label("Snapshot").select_option(str(tiny_train_snapshot.id))
     page.get_by_label("Base model").fill("scripted")
-    page.get_by_label("Hyperparameters").fill('{"steps": 40, "interval": 0.25}')
+    page.get_by_label("Hyperparameters").fill('{"max_steps": 40}')
     page.get_by_role("button", name="Queue on the gpu queue").click()
     page.wait_for_url("**/jobs/*/")
     chart = page.locator("#job-chart")

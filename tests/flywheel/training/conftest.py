@@ -24,10 +24,17 @@ def tiny_snapshot():
     return snapshot_create(actor=None, name="tiny", split="heldout")
 
 
+@pytest.fixture
+def tiny_train_snapshot():
+    tasks_import(actor=None, candidates=read(TINY_TASKS, "native"), split="train", agent=None, source_ref="tiny")
+    return snapshot_create(actor=None, name="tiny-train", split="train")
+
+
 def scripted_env() -> dict[str, str]:
     """Worker settings that run the scripted stand-in instead of trainer, with quick heartbeats."""
     command = ",".join(json.loads(SCRIPTED))
-    return {"TRAINER_COMMAND": command, "JOB_HEARTBEAT_SECONDS": "1", "JOB_CANCEL_GRACE_SECONDS": "3"}
+    return {"TRAINER_COMMAND": command, "JOB_HEARTBEAT_SECONDS": "1", "JOB_CANCEL_GRACE_SECONDS": "3",
+            "SCRIPTED_STEP_SECONDS": "0.2"}
 
 
 def wait_for(job: Job, states: tuple[str, ...], timeout: float = 120) -> Job:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
 
 from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create
+from flywheel.datasets.importers import read
+from flywheel.datasets.services import snapshot_create, tasks_import
 from flywheel.training import services
 from flywheel.training.models import EvalRun, Job, MetricPoint, Sample
-from tests.flywheel.training.conftest import TINY_MODEL, alive, pids_of, scripted_env, wait_for
+from tests.flywheel.training.conftest import TINY_MODEL, TINY_TASKS, alive, pids_of, scripted_env, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -57,11 +61,47 @@ def test_an_eval_job_launched_through_the_api_runs_on_a_real_worker(
     assert "Per task (5)" in page and "Per failure bucket" in page and tiny_snapshot.content_hash[:10] in page
 
 
+@pytest.mark.slow
+def test_a_grpo_job_launched_through_the_api_runs_on_a_real_worker(
+    client, trainer_token, tiny_train_snapshot, tmp_path, celery_worker_process
+):
+    celery_worker_process("gpu")
+    tiny_snapshot = other_heldout_snapshot(tmp_path)
+    hyperparameters = {"num_generations": 4, "max_steps": 4, "max_completion_length": 16, "eval_interval": 2,
+                       "checkpoint_interval": 2, "heldout_sample_size": 3, "eval_max_new_tokens": 16,
+                       "sample_events": 2, "device": "cpu"}  # fmt: skip
+    job = launch(client, trainer_token, tiny_train_snapshot, kind="grpo", hyperparameters=hyperparameters,
+                 heldout_snapshot=tiny_snapshot.content_hash)  # fmt: skip
+    assert job.heldout_snapshot == tiny_snapshot
+    job = wait_for(job, ("succeeded", "failed"), timeout=300)
+    assert job.state == "succeeded", job.error + job.log_tail
+    names = set(MetricPoint.objects.filter(job=job).values_list("name", flat=True))
+    assert {"reward/mean", "tied_group_fraction", "completion_length", "heldout/correct_arguments_rate"} <= names
+    assert Sample.objects.filter(job=job, step=4).count() == 2
+    assert "checkpoint at step 4" in job.log_tail
+    adapter = job.result["files"]["adapter_dir"]
+    assert adapter.startswith(job.run_dir) and (Path(adapter) / "manifest.json").is_file()
+
+
+def other_heldout_snapshot(tmp_path):
+    """Held-out tasks unlike the tiny train tasks (the same prompts may not sit in both splits)."""
+    lines = []
+    for line in TINY_TASKS.read_text().splitlines():
+        task = json.loads(line)
+        task["id"] = f"heldout-{task['id']}"
+        task["messages"][-1]["content"] += " Please answer for the held-out check."
+        lines.append(json.dumps(task))
+    path = tmp_path / "heldout.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    tasks_import(actor=None, candidates=read(path, "native"), split="heldout", agent=None, source_ref="other")
+    return snapshot_create(actor=None, name="other-heldout", split="heldout")
+
+
 def test_a_running_job_cancelled_from_the_page_stops_within_the_grace_period(
-    client, make_user, trainer_token, tiny_snapshot, celery_worker_process
+    client, make_user, trainer_token, tiny_train_snapshot, celery_worker_process
 ):
     celery_worker_process("gpu", env=scripted_env())
-    job = launch(client, trainer_token, tiny_snapshot, hyperparameters={"steps": 10_000, "interval": 0.2})
+    job = launch(client, trainer_token, tiny_train_snapshot, kind="grpo", hyperparameters={"max_steps": 10_000})
     wait_for(job, ("running",))
     pids = pids_of(job)
     client.force_login(make_user(Role.TRAINER))
@@ -74,10 +114,10 @@ def test_a_running_job_cancelled_from_the_page_stops_within_the_grace_period(
 
 
 def test_a_killed_worker_loses_no_job_and_leaves_no_trainer(
-    client, trainer_token, tiny_snapshot, celery_worker_process
+    client, trainer_token, tiny_train_snapshot, celery_worker_process
 ):
     worker = celery_worker_process("gpu", env=scripted_env())
-    job = launch(client, trainer_token, tiny_snapshot, hyperparameters={"steps": 25, "interval": 0.2})
+    job = launch(client, trainer_token, tiny_train_snapshot, kind="grpo", hyperparameters={"max_steps": 25})
     wait_for(job, ("running",))
     pids = pids_of(job)
     worker.kill()
@@ -101,9 +141,11 @@ def test_a_job_out_of_attempts_ends_failed_with_the_reason(trainer_token, tiny_s
     assert job.state == "failed" and "worker lost after 3 attempt(s)" in job.error
 
 
-def test_a_duplicate_delivery_does_not_start_a_second_run(trainer_token, tiny_snapshot, client, celery_worker_process):
+def test_a_duplicate_delivery_does_not_start_a_second_run(
+    trainer_token, tiny_train_snapshot, client, celery_worker_process
+):
     celery_worker_process("gpu", env=scripted_env())
-    job = launch(client, trainer_token, tiny_snapshot, hyperparameters={"steps": 15, "interval": 0.2})
+    job = launch(client, trainer_token, tiny_train_snapshot, kind="grpo", hyperparameters={"max_steps": 15})
     wait_for(job, ("running",))
     assert services.job_run(job_id=job.pk, worker="duplicate") is None
     job = wait_for(job, ("succeeded", "failed"))
@@ -125,9 +167,16 @@ def test_a_launch_with_an_unrunnable_kind_or_unknown_snapshot_is_refused_before_
 ):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {trainer_token}"}
     url = reverse("training:api_jobs")
-    grpo = client.post(url, {"kind": "grpo", "snapshot": tiny_snapshot.content_hash, "base_model": "demo"},
+    gate = client.post(url, {"kind": "gate", "snapshot": tiny_snapshot.content_hash, "base_model": "demo"},
                        content_type="application/json", **headers)  # fmt: skip
-    assert grpo.status_code == 400 and "cannot run yet" in grpo.json()["error"]
+    assert gate.status_code == 400 and "cannot run yet" in gate.json()["error"]
+    on_heldout = client.post(url, {"kind": "grpo", "snapshot": tiny_snapshot.content_hash, "base_model": "demo"},
+                             content_type="application/json", **headers)  # fmt: skip
+    assert on_heldout.status_code == 400 and "train on a train snapshot" in on_heldout.json()["error"]
+    body = {"kind": "eval", "snapshot": tiny_snapshot.content_hash, "base_model": "demo",
+            "hyperparameters": {"batch_size": "eight"}}
+    bad_knob = client.post(url, body, content_type="application/json", **headers)
+    assert bad_knob.status_code == 400 and "'batch_size' must be int" in bad_knob.json()["error"]
     missing = client.post(
         url, {"kind": "eval", "snapshot": "nope", "base_model": "demo"}, content_type="application/json", **headers
     )
