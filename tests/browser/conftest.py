@@ -41,7 +41,7 @@ def browser() -> Iterator[object]:
 def page(browser) -> Iterator[object]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    page.set_default_timeout(15_000)
+    page.set_default_timeout(30_000)  # two shared cores in CI: htmx swaps can take seconds
     yield page
     context.close()
 

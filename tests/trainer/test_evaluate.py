@@ -245,13 +245,14 @@ def test_json_that_holds_no_call_is_not_a_valid_call():
 
 def test_the_workbench_sandbox_gives_execution_success_in_an_eval():
     from flywheel.datasets.importers import read
-    from trainer.evaluate import _environment
+    from trainer.evaluate import execution_environment
 
     csv = REPO_ROOT.parent / "shared" / "external" / "workbench" / "processed" / "queries_and_answers"
     tasks = [candidate.task for candidate in read(csv / "calendar_queries_and_answers.csv", "workbench")][:2]
     truth = tasks[0].expected_calls[0]
     right = json.dumps({"name": truth.name, "arguments": {key: values[0] for key, values in truth.arguments.items()}})
-    results = evaluate_tasks(tasks, evaluation([right, "no idea"], _environment("workbench", POLICY)), SamplingConfig())
+    sandbox = execution_environment("workbench", POLICY)
+    results = evaluate_tasks(tasks, evaluation([right, "no idea"], sandbox), SamplingConfig())
     assert [result.execution_success for result in results] == [True, False]
 
 
