@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer import adapters
-from trainer.contracts import CheckpointEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task
-from trainer.jobs import EventStream, SpecError, StopFlag
+from trainer.contracts import CheckpointEvent, DoneEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task
+from trainer.jobs import EventStream, JobStopped, SpecError, StopFlag
 
 CHECKPOINTS = "checkpoints"
 FINAL_ADAPTER = "adapter"
@@ -444,3 +444,16 @@ def final_metrics(callback: ProtocolCallbackBase, steps: int, seconds: float) ->
     if callback.flags.raised:
         metrics["flags"] = sorted(callback.flags.raised)
     return metrics
+
+
+def train_and_save(trainer: Any, callback: ProtocolCallbackBase, spec: RunSpec, manifest: ManifestInfo,
+                   stop: StopFlag, resume: bool) -> DoneEvent:
+    """Train (from the last checkpoint when resuming), evaluate once more, save the final adapter."""
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume_point(spec, resume, callback.events))
+    if stop.requested:
+        raise JobStopped(f"stopped by SIGTERM at step {trainer.state.global_step}; the last checkpoint is kept")
+    callback.evaluate_heldout(trainer.state.global_step)
+    metrics = final_metrics(callback, trainer.state.global_step, time.perf_counter() - started)
+    folder = save_final(trainer.model, spec, manifest, metrics)
+    return DoneEvent(metrics=metrics, files={"adapter_dir": str(folder)})

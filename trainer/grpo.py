@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trainer import finetune
 from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task
-from trainer.jobs import EventStream, JobStopped, StopFlag, config_from_json
+from trainer.jobs import EventStream, StopFlag, config_from_json
 from trainer.verifiers import DEFAULT_VERIFIER, SafetyPolicy, get_verifier, verifier_names
 
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
@@ -227,14 +226,7 @@ def run(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     events.emit(LogEvent(f"GRPO on {len(tasks)} train tasks ({config.loss_type}, "
                          f"{config.importance_sampling_level}-level, {config.num_generations} generations, "
                          f"{config.max_steps} steps) on {device}" + (f" from {spec.adapter}" if spec.adapter else "")))
-    started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=finetune.resume_point(spec, config.resume, events))
-    if stop.requested:
-        raise JobStopped(f"stopped by SIGTERM at step {trainer.state.global_step}; the last checkpoint is kept")
-    callback.evaluate_heldout(trainer.state.global_step)
-    metrics = finetune.final_metrics(callback, trainer.state.global_step, time.perf_counter() - started)
-    folder = finetune.save_final(trainer.model, spec, manifest, metrics)
-    return DoneEvent(metrics=metrics, files={"adapter_dir": str(folder)})
+    return finetune.train_and_save(trainer, callback, spec, manifest, stop, config.resume)
 
 
 def _trainer(spec: RunSpec, config: Config, device: str, model: Any, tokenizer: Any, tasks: Sequence[Task],

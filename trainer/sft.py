@@ -10,14 +10,13 @@ says how many). What GRPO shares (LoRA, held-out evaluation, checkpoints, events
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trainer import finetune
 from trainer.contracts import DoneEvent, LogEvent, RunSpec, Task
-from trainer.jobs import EventStream, JobStopped, SpecError, StopFlag, config_from_json
+from trainer.jobs import EventStream, SpecError, StopFlag, config_from_json
 from trainer.verifiers import DEFAULT_VERIFIER, verifier_names
 
 
@@ -136,11 +135,4 @@ def run(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     callback.bind(trainer.model)
     events.emit(LogEvent(f"SFT on {len(rows)} examples for {config.num_train_epochs:g} epoch(s) on {device}"
                          + (f" from {spec.adapter}" if spec.adapter else "")))
-    started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=finetune.resume_point(spec, config.resume, events))
-    if stop.requested:
-        raise JobStopped(f"stopped by SIGTERM at step {trainer.state.global_step}; the last checkpoint is kept")
-    callback.evaluate_heldout(trainer.state.global_step)
-    metrics = finetune.final_metrics(callback, trainer.state.global_step, time.perf_counter() - started)
-    folder = finetune.save_final(trainer.model, spec, manifest, metrics)
-    return DoneEvent(metrics=metrics, files={"adapter_dir": str(folder)})
+    return finetune.train_and_save(trainer, callback, spec, manifest, stop, config.resume)
