@@ -1,6 +1,7 @@
 """Ingestion throughput and memory against raw COPY, measured in one run (prints, asserts nothing).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/ingest.py [--count 100000]
+        [--database flywheel_bench]
 
 1. Generates COUNT OpenAI-chat trajectories of about 10 steps each into a JSONL file.
 2. Ingests them through the ingestion service into a fresh PostgreSQL database (a child process,
@@ -28,7 +29,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 REPO = Path(__file__).resolve().parent.parent
-BENCH_DB = "flywheel_bench"
+BENCH_DB = "flywheel_bench"  # the scratch database's default name; --database picks another
 
 
 def generate(path: Path, count: int) -> None:
@@ -64,11 +65,11 @@ def admin_url(database_url: str, name: str) -> str:
     return database_url.rsplit("/", 1)[0] + "/" + name
 
 
-def fresh_database(database_url: str) -> str:
+def fresh_database(database_url: str, name: str) -> str:
     with psycopg.connect(admin_url(database_url, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
-    url = admin_url(database_url, BENCH_DB)
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = admin_url(database_url, name)
     env = {**os.environ, "DATABASE_URL": url}
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO, env=env, check=True)
     return url
@@ -154,16 +155,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=100_000)
     parser.add_argument("--small", type=int, default=10_000, help="the size of the memory comparison run")
+    parser.add_argument("--database", default=BENCH_DB, help="the scratch database (dropped and recreated)")
     args = parser.parse_args()
     database_url = os.environ.get("DATABASE_URL", "")
     if not database_url.startswith("postgres"):
         sys.exit("set DATABASE_URL to a PostgreSQL server (the benchmark creates its own database there)")
+    if not args.database.isidentifier():
+        sys.exit("--database must be a plain identifier")
     with tempfile.TemporaryDirectory() as folder:
         big, small = Path(folder) / "big.jsonl", Path(folder) / "small.jsonl"
         generate(big, args.count)
         generate(small, args.small)
-        small_run = run_child(small, fresh_database(database_url))
-        url = fresh_database(database_url)
+        small_run = run_child(small, fresh_database(database_url, args.database))
+        url = fresh_database(database_url, args.database)
         big_run = run_child(big, url)
         rows_seconds, text_seconds = copy_references(url)
     count = big_run["stored"]

@@ -1,31 +1,46 @@
-"""Database helpers shared by the apps: bulk inserts that use COPY on PostgreSQL."""
+"""Database helpers shared by the apps: bulk inserts that use COPY on PostgreSQL.
+
+Only inserts: no upserts, no returned ids, no signals. The SQLite path builds model instances
+and calls `bulk_create`, so both databases store the same values.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cache
+from operator import itemgetter
 from typing import Any, cast
 
 from django.db import connections, models, router
 
 COPY_CHUNK_ROWS = 1000
 
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 Encoder = Callable[[Any], str]
-
-
 NULL = "\\N"
+# One encoder object, built once: json.dumps with keyword arguments builds a new one per call.
+_json_dumps = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _text(value: Any) -> str:
-    return NULL if value is None else value.translate(_COPY_ESCAPES)
+    """COPY's text escapes: backslash, newline, carriage return and tab; most values have none."""
+    if value is None:
+        return NULL
+    if "\\" in value or "\n" in value or "\r" in value or "\t" in value:
+        return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    return cast(str, value)
 
 
 def _json(value: Any) -> str:
     if value is None:
         return NULL
-    return "{}" if value == {} else json.dumps(value, ensure_ascii=False).translate(_COPY_ESCAPES)
+    if not value and type(value) is dict:
+        return "{}"
+    # Compact JSON holds no raw newline, carriage return or tab (they are escaped inside strings),
+    # so only its backslashes need doubling.
+    encoded = _json_dumps(value)
+    return encoded.replace("\\", "\\\\") if "\\" in encoded else encoded
 
 
 def _boolean(value: Any) -> str:
@@ -53,14 +68,33 @@ def _field_encoder(field: models.Field) -> Encoder:
     return _plain
 
 
+@dataclass(frozen=True)
+class _CopyPlan:
+    sql: str
+    values: Callable[[dict[str, Any]], tuple[Any, ...]]  # a row's values in column order
+    encoders: tuple[Encoder, ...]
+
+
 @cache
-def _copy_columns(model: type[models.Model]) -> tuple[tuple[str, str, Encoder], ...]:
-    """(attribute name, quoted column, encoder) for every column COPY fills: all but an auto key."""
+def _copy_plan(model: type[models.Model]) -> _CopyPlan:
+    """How COPY fills the model's table: every column but an auto key."""
     connection = connections[router.db_for_write(model)]
-    return tuple(
-        (field.attname, connection.ops.quote_name(cast(str, field.column)), _field_encoder(field))
-        for field in model._meta.concrete_fields
-        if not isinstance(field, models.AutoField)
+    fields = [field for field in model._meta.concrete_fields if not isinstance(field, models.AutoField)]
+    names = ", ".join(connection.ops.quote_name(cast(str, field.column)) for field in fields)
+    sql = f"COPY {connection.ops.quote_name(model._meta.db_table)} ({names}) FROM STDIN"
+    # itemgetter of two or more names gives a tuple (one name would give the bare value).
+    values = (
+        itemgetter(*[field.attname for field in fields]) if len(fields) > 1 else lambda row: (row[fields[0].attname],)
+    )
+    return _CopyPlan(sql, values, tuple(_field_encoder(field) for field in fields))
+
+
+def copy_text(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> str:
+    """The rows in COPY's text format, one line each, columns in the order `bulk_insert` copies them."""
+    plan = _copy_plan(model)
+    encoders, values = plan.encoders, plan.values
+    return "".join(
+        ["\t".join([encode(value) for encode, value in zip(encoders, values(row), strict=True)]) + "\n" for row in rows]
     )
 
 
@@ -76,12 +110,9 @@ def bulk_insert(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> No
     if connection.vendor != "postgresql":
         model._default_manager.bulk_create([model(**row) for row in rows], batch_size=500)
         return
-    columns = _copy_columns(model)
-    names = ", ".join(column for _, column, _ in columns)
-    sql = f"COPY {connection.ops.quote_name(model._meta.db_table)} ({names}) FROM STDIN"
+    sql = _copy_plan(model).sql
     # The raw psycopg cursor gives COPY; the wrapper turns its errors into Django's (IntegrityError...).
     # Sent in chunks, so the server digests one while the next is encoded.
     with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
         for start in range(0, len(rows), COPY_CHUNK_ROWS):
-            chunk = rows[start : start + COPY_CHUNK_ROWS]
-            copy.write("".join(["\t".join([encode(row[name]) for name, _, encode in columns]) + "\n" for row in chunk]))
+            copy.write(copy_text(model, rows[start : start + COPY_CHUNK_ROWS]))

@@ -76,8 +76,15 @@ def catalogue_merge(agent: Agent, declared: list[dict[str, Any]], observed: Obse
 
 
 def catalogues_update(*, declared: dict[str, list[dict[str, Any]]], observed: dict[str, Observed]) -> None:
-    """Apply one batch's tools per agent name, locking each agent row so concurrent batches add up."""
-    for name in set(declared) | set(observed):
+    """Apply one batch's tools per agent name, locking each agent row so concurrent batches add up.
+
+    An agent whose catalogue already holds everything the batch brings is only read: steady
+    ingest of a known agent takes no lock and writes nothing. Names go in order, so two batches
+    locking the same agents never deadlock.
+    """
+    for name in sorted(set(declared) | set(observed)):
+        if not catalogue_merge(Agent.objects.get(name=name), declared.get(name, []), observed.get(name, {})):
+            continue
         with transaction.atomic():
             agent = Agent.objects.select_for_update().get(name=name)
             if catalogue_merge(agent, declared.get(name, []), observed.get(name, {})):

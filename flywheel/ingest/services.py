@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import IO, Any
@@ -31,6 +32,7 @@ from flywheel.core.services import audit_record, tools_normalize
 from flywheel.ingest.catalogue import Observed, catalogues_update, observe_calls
 from flywheel.ingest.models import Step, Trajectory, Upload
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajectory, RecordError, parse_record
+from flywheel.ingest.prefetch import ahead
 from flywheel.ingest.reader import FileProblem, RawRecord, ReadLimits, read_records
 from flywheel.ingest.redaction import Redactor
 from flywheel.triage.services import suggestions_schedule
@@ -117,10 +119,15 @@ def read_limits() -> ReadLimits:
 def stream_ingest(
     *, stream: IO[bytes], options: IngestOptions, on_batch: Callable[[IngestReport], None] | None = None
 ) -> IngestReport:
-    """Read a file's records (JSONL or a JSON array, maybe gzipped) and ingest them."""
+    """Read a file's records (JSONL or a JSON array, maybe gzipped) and ingest them.
+
+    Reading and parsing run a little ahead in a thread (`prefetch.ahead`), so they overlap the
+    database's work on the batch before; storing stays in the caller's thread and transaction.
+    """
     report = IngestReport()
+    prepared = ahead(_prepare(record, options) for record in read_records(stream, read_limits()))
     try:
-        records_ingest(records=read_records(stream, read_limits()), options=options, report=report, on_batch=on_batch)
+        _prepared_ingest(prepared, options, report, on_batch, None)
     except FileProblem as problem:
         report.failure = problem.reason
         report.read += 1
@@ -138,6 +145,17 @@ def records_ingest(
 ) -> IngestReport:
     """Parse, deduplicate and store records in batches; every record gets exactly one result."""
     report = report if report is not None else IngestReport()
+    _prepared_ingest((_prepare(record, options) for record in records), options, report, on_batch, on_result)
+    return report
+
+
+def _prepared_ingest(
+    prepared: Generator[_Pending | ItemResult, None, None],
+    options: IngestOptions,
+    report: IngestReport,
+    on_batch: Callable[[IngestReport], None] | None,
+    on_result: Callable[[ItemResult], None] | None,
+) -> None:
     agents: dict[str, Agent] = {}
     batch: list[_Pending] = []
 
@@ -151,20 +169,20 @@ def records_ingest(
         if on_batch:
             on_batch(report)
 
-    try:
-        for record in records:
-            pending_or_result = _prepare(record, options)
-            if isinstance(pending_or_result, ItemResult):
-                report.add(pending_or_result)
-                if on_result:
-                    on_result(pending_or_result)
-            else:
-                batch.append(pending_or_result)
-            if len(batch) >= settings.INGEST_BATCH_SIZE:
-                flush()
-    finally:
-        flush()
-    return report
+    # closing: a failed store stops the reading thread at once, not when the iterator is collected.
+    with closing(prepared):
+        try:
+            for pending_or_result in prepared:
+                if isinstance(pending_or_result, ItemResult):
+                    report.add(pending_or_result)
+                    if on_result:
+                        on_result(pending_or_result)
+                else:
+                    batch.append(pending_or_result)
+                if len(batch) >= settings.INGEST_BATCH_SIZE:
+                    flush()
+        finally:
+            flush()
 
 
 def _prepare(record: RawRecord, options: IngestOptions) -> _Pending | ItemResult:
