@@ -1,22 +1,221 @@
-"""Plotly figures for job pages: pure functions from selector data to a figure dict (no I/O)."""
+"""Plotly figures for the job pages: pure functions from selector data to a `go.Figure` (no I/O).
+
+The live page draws one chart per panel below, and only the panels the job has data for: an SFT
+run has no KL or tied groups. Pages draw figures with the vendored plotly.js (`figure_json` is
+what `static/js/jobs.js` hands to `Plotly.react`), never a CDN. Metric and job labels come from
+stored data and plotly reads a little HTML in labels, so every label is escaped here.
+"""
 
 from __future__ import annotations
 
+import html
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from flywheel.training.selectors import BucketRates, Rate, Series
+
+PALETTE = qualitative.Plotly
+BAND_OPACITY = 0.18
+GRID_COLOUR = "#e9ecef"
+_COMPONENT_MEAN = re.compile(r"^reward/(.+)/mean$")
+_SPREAD = re.compile(r"^reward/(.+/)?std$")
 
 
-def metrics_figure(series: dict[str, list[tuple[int, float]]], names: list[str] | None = None) -> dict[str, Any]:
-    """One line per metric against the step; `names` picks which (all when None)."""
-    figure = go.Figure()
-    for name in sorted(names or series):
-        points = series.get(name, [])
-        figure.add_trace(
-            go.Scatter(x=[s for s, _ in points], y=[v for _, v in points], mode="lines+markers", name=name)
-        )
+@dataclass(frozen=True)
+class Panel:
+    key: str
+    title: str
+    matches: Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class Chart:
+    key: str
+    title: str
+    figure: go.Figure
+
+
+def _label(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def _layout(figure: go.Figure, title: str, *, empty: bool = False, height: int = 300) -> go.Figure:
+    # plotly_white's look set by hand: the named template would add about 6 kB to every polled figure.
     figure.update_layout(
-        margin={"l": 40, "r": 10, "t": 10, "b": 40}, height=320, xaxis_title="step", legend={"orientation": "h"},
-        template="plotly_white",
+        title={"text": _label(title), "x": 0, "font": {"size": 14}}, template="none", autosize=True,
+        height=height, margin={"l": 50, "r": 10, "t": 40, "b": 40}, paper_bgcolor="#fff", plot_bgcolor="#fff",
+        legend={"orientation": "h", "x": 0, "y": -0.3, "yanchor": "top"}, colorway=PALETTE,
     )  # fmt: skip
-    return figure.to_plotly_json()
+    figure.update_xaxes(gridcolor=GRID_COLOUR, zeroline=False)
+    figure.update_yaxes(gridcolor=GRID_COLOUR, zeroline=False)
+    if empty:
+        figure.add_annotation(text="No data yet", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return figure
+
+
+def _rgba(colour: str, opacity: float) -> str:
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({red}, {green}, {blue}, {opacity})"
+
+
+def _line(name: str, points: Sequence[tuple[int, float]], colour: str | None = None) -> go.Scatter:
+    label = _label(name)
+    return go.Scatter(
+        x=[step for step, _ in points],
+        y=[value for _, value in points],
+        mode="lines+markers",
+        name=label,
+        legendgroup=label,
+        line={"color": colour} if colour else None,
+    )
+
+
+def _band(name: str, mean: Sequence[tuple[int, float]], std: Sequence[tuple[int, float]], colour: str) -> list[Any]:
+    """Mean ± std as a filled band (two edge lines, the lower filled up to the upper), then the mean line."""
+    spread = dict(std)
+    steps = [(step, value, spread[step]) for step, value in mean if step in spread]
+    upper = go.Scatter(
+        x=[s for s, _, _ in steps],
+        y=[m + d for _, m, d in steps],
+        mode="lines",
+        line={"width": 0},
+        name=_label(f"{name} + std"),
+        legendgroup=_label(name),
+        showlegend=False,
+        hoverinfo="skip",
+    )
+    lower = go.Scatter(
+        x=[s for s, _, _ in steps],
+        y=[m - d for _, m, d in steps],
+        mode="lines",
+        line={"width": 0},
+        name=_label(f"{name} − std"),
+        legendgroup=_label(name),
+        showlegend=False,
+        hoverinfo="skip",
+        fill="tonexty",
+        fillcolor=_rgba(colour, BAND_OPACITY),
+    )
+    return [upper, lower, _line(name, mean, colour)] if steps else [_line(name, mean, colour)]
+
+
+def reward_figure(series: Series) -> go.Figure:
+    """The training reward: its mean per step with a ±std band over the step's completions."""
+    figure = go.Figure(_band("reward/mean", series.get("reward/mean", []), series.get("reward/std", []), PALETTE[0]))
+    figure.update_xaxes(title_text="step")
+    return _layout(figure, "Training reward (mean ± std)", empty="reward/mean" not in series)
+
+
+def components_figure(series: Series) -> go.Figure:
+    """Each reward component's mean per step (`reward/<component>/mean`) with its ±std band."""
+    figure = go.Figure()
+    components = sorted(match.group(1) for name in series if (match := _COMPONENT_MEAN.match(name)))
+    for number, component in enumerate(components):
+        colour = PALETTE[number % len(PALETTE)]
+        mean, std = series[f"reward/{component}/mean"], series.get(f"reward/{component}/std", [])
+        figure.add_traces(_band(component, mean, std, colour))
+    figure.update_xaxes(title_text="step")
+    return _layout(figure, "Reward components (mean ± std)", empty=not components)
+
+
+def lines_figure(series: Series, names: Sequence[str], title: str, *, prefix: str = "") -> go.Figure:
+    """One line per metric in `names` against the step, named without `prefix`; rates on a 0–1 axis."""
+    shown = [name for name in names if name in series]
+    figure = go.Figure([_line(name.removeprefix(prefix), series[name]) for name in shown])
+    figure.update_xaxes(title_text="step")
+    if shown and all(name.endswith("_rate") for name in shown):
+        figure.update_yaxes(range=[-0.02, 1.05])
+    return _layout(figure, title, empty=not shown)
+
+
+def _is(name: str) -> Callable[[str], bool]:
+    return lambda metric: metric == name
+
+
+def _contains(part: str) -> Callable[[str], bool]:
+    return lambda metric: part in metric
+
+
+# The live page's panels in the order shown; reward and components draw bands, the rest lines.
+PANELS: tuple[Panel, ...] = (
+    Panel("reward", "Training reward (mean ± std)", _is("reward/mean")),
+    Panel("components", "Reward components (mean ± std)", lambda metric: bool(_COMPONENT_MEAN.match(metric))),
+    Panel("heldout", "Held-out metrics", lambda metric: metric.startswith("heldout/")),
+    Panel("valid", "Valid-output rate", _contains("valid_json")),
+    Panel("unsafe", "Unsafe rate", _contains("unsafe")),
+    Panel("kl", "KL to the starting policy", _is("kl")),
+    Panel("tied", "Tied-group fraction (no reward spread in the group)", _is("tied_group_fraction")),
+    Panel("length", "Completion length (tokens)", _is("completion_length")),
+    Panel("throughput", "Tokens per second", _is("tokens_per_second")),
+    Panel("loss", "Loss", _is("loss")),
+)
+
+
+def live_charts(series: Series) -> list[Chart]:
+    """The job page's charts: each panel with data, then one for every metric no panel shows."""
+    charts = []
+    for panel in PANELS:
+        names = sorted(name for name in series if panel.matches(name))
+        if not names:
+            continue
+        if panel.key == "reward":
+            figure = reward_figure(series)
+        elif panel.key == "components":
+            figure = components_figure(series)
+        else:
+            figure = lines_figure(series, names, panel.title, prefix="heldout/" if panel.key == "heldout" else "")
+        charts.append(Chart(panel.key, panel.title, figure))
+    shown = {name for name in series for panel in PANELS if panel.matches(name)}
+    others = sorted(name for name in series if name not in shown and not _SPREAD.match(name))
+    if others:
+        charts.append(Chart("other", "Other metrics", lines_figure(series, others, "Other metrics")))
+    return charts
+
+
+def compare_figure(curves: Sequence[tuple[str, Sequence[tuple[int, float]]]], metric: str) -> go.Figure:
+    """One metric's curve per job, on one chart; `curves` are (job label, points)."""
+    figure = go.Figure([_line(label, points, PALETTE[number % len(PALETTE)])
+                        for number, (label, points) in enumerate(curves)])  # fmt: skip
+    figure.update_xaxes(title_text="step")
+    # The legend names the jobs, even where only one has points for this metric.
+    figure.update_layout(showlegend=True)
+    return _layout(figure, metric, empty=not any(points for _, points in curves), height=420)
+
+
+def _error_bars(rates: Sequence[Rate]) -> dict[str, Any]:
+    plus = [rate.high - rate.value if rate.high is not None and rate.value is not None else 0 for rate in rates]
+    minus = [rate.value - rate.low if rate.low is not None and rate.value is not None else 0 for rate in rates]
+    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus}
+
+
+def rates_figure(rates: Sequence[Rate]) -> go.Figure:
+    """An evaluation's rates with their bootstrap 95% intervals as error bars (unmeasured ones left out)."""
+    measured = [rate for rate in rates if rate.value is not None and rate.name != "mean_reward"]
+    figure = go.Figure(go.Bar(x=[_label(rate.label) for rate in measured], y=[rate.value for rate in measured],
+                              error_y=_error_bars(measured), marker_color=PALETTE[0], name="rate"))  # fmt: skip
+    figure.update_yaxes(range=[0, 1.05], tickformat=".0%")
+    return _layout(figure, "Overall, with 95% intervals", empty=not measured, height=300)
+
+
+def bucket_figure(buckets: Sequence[BucketRates], metric: str = "correct_arguments_rate") -> go.Figure:
+    """One rate per failure bucket with its 95% interval."""
+    rows = [(bucket.bucket, rate) for bucket in buckets for rate in bucket.rates
+            if rate.name == metric and rate.value is not None]  # fmt: skip
+    figure = go.Figure(go.Bar(x=[_label(name) for name, _ in rows], y=[rate.value for _, rate in rows],
+                              error_y=_error_bars([rate for _, rate in rows]), marker_color=PALETTE[1],
+                              name=_label(metric)))  # fmt: skip
+    figure.update_yaxes(range=[0, 1.05], tickformat=".0%")
+    title = f"{metric.removesuffix('_rate').replace('_', ' ').capitalize()} per failure bucket, with 95% intervals"
+    return _layout(figure, title, empty=not rows, height=300)
+
+
+def figure_json(figure: go.Figure) -> dict[str, Any]:
+    """The figure as plain JSON data: plotly's encoder turns NaN (a diverged loss) into null, which JSON allows."""
+    result: dict[str, Any] = json.loads(figure.to_json())
+    return result

@@ -1,32 +1,77 @@
-"""The launch form: per-kind defaults, parsed into the service's arguments."""
+"""Forms of the training app: the launch form with per-kind defaults, the sample filter, the compare picker.
+
+Forms parse and check input only; `services.job_launch` checks the hyperparameters against the
+trainer's own config classes, so the defaults here are a starting point, not the rules.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from django import forms
 
-from flywheel.datasets.models import TaskSetSnapshot
-from flywheel.training.models import JobKind
-from flywheel.training.services import RUNNABLE_KINDS
+from flywheel.core.models import Agent
+from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.training.models import Job, JobKind
 
 DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     JobKind.EVAL: {"verifier": "tool_call", "backend": "transformers", "device": "cpu", "batch_size": 8,
                    "max_new_tokens": 96},
+    JobKind.SFT: {"num_train_epochs": 2, "learning_rate": 2e-4, "lora_r": 16, "lora_alpha": 32,
+                  "lora_target_modules": "all-linear", "max_length": 512, "per_device_train_batch_size": 4,
+                  "eval_interval": 0},
+    JobKind.GRPO: {"num_generations": 8, "loss_type": "grpo", "importance_sampling_level": "token", "beta": 0.0,
+                   "learning_rate": 1e-5, "max_steps": 40, "max_completion_length": 64, "lora_r": 16,
+                   "lora_alpha": 32, "lora_target_modules": "all-linear", "eval_interval": 10,
+                   "verifier": "tool_call", "environment": None},
+    JobKind.GATE: {"metric": "correct_arguments", "test": "bootstrap", "alpha": 0.05, "heldout_sample_size": 50,
+                   "regression_sample_size": 50, "verifier": "tool_call", "backend": "transformers",
+                   "device": "auto", "batch_size": 8, "max_new_tokens": 96},
 }  # fmt: skip
+# The kinds that train, and so take a held-out snapshot to evaluate on as they go.
+HELDOUT_KINDS = (JobKind.SFT, JobKind.GRPO)
+PREFILL_FIELDS = ("kind", "snapshot", "heldout_snapshot", "base_model", "adapter", "agent")
+
+
+def defaults_json(kind: str) -> str:
+    """The default hyperparameters of `kind` as the form shows them."""
+    return json.dumps(DEFAULT_HYPERPARAMETERS.get(kind, {}), indent=2)
+
+
+class SnapshotChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.name} · {obj.split} · {obj.task_count} tasks · {obj.content_hash[:12]}"
 
 
 class JobLaunchForm(forms.Form):
-    kind = forms.ChoiceField(choices=[(kind, JobKind(kind).label) for kind in RUNNABLE_KINDS])
-    snapshot: forms.ModelChoiceField = forms.ModelChoiceField(queryset=TaskSetSnapshot.objects.all())
+    # Every kind is offered; job_launch says which ones can run today, as a form error.
+    kind = forms.ChoiceField(choices=JobKind.choices, initial=JobKind.EVAL)
+    snapshot = SnapshotChoiceField(
+        queryset=TaskSetSnapshot.objects.all(),
+        help_text="Trained on (sft, grpo: a train snapshot) or evaluated (eval).",
+    )
+    heldout_snapshot = SnapshotChoiceField(
+        queryset=TaskSetSnapshot.objects.filter(split=Split.HELDOUT), required=False, label="Held-out snapshot",
+        help_text="Optional, sft and grpo: evaluated every eval_interval steps, never trained on.",
+    )  # fmt: skip
     base_model = forms.CharField(
         max_length=500, initial="demo", help_text="'demo' (SmolLM2-135M-Instruct), a folder or a .gguf"
     )
-    adapter = forms.CharField(max_length=500, required=False, help_text="A registered adapter folder to evaluate.")
-    hyperparameters = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 6}), initial=json.dumps(DEFAULT_HYPERPARAMETERS[JobKind.EVAL], indent=2)
+    adapter = forms.CharField(
+        max_length=500, required=False, label="Parent adapter",
+        help_text="A PEFT adapter folder: evaluated with the base (eval), or trained further (sft, grpo).",
+    )  # fmt: skip
+    agent = forms.ModelChoiceField(
+        queryset=Agent.objects.all(), required=False, help_text="Empty: the snapshot's agent."
     )
+    hyperparameters = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "class": "code"}))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kind = self.initial.get("kind") or JobKind.EVAL
+        self.fields["hyperparameters"].initial = defaults_json(kind)
 
     def clean_hyperparameters(self) -> dict[str, Any]:
         try:
@@ -36,3 +81,51 @@ class JobLaunchForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError('a JSON object, such as {"batch_size": 8}')
         return value
+
+    def launch_arguments(self) -> dict[str, Any]:
+        """The cleaned data as `job_launch`'s keyword arguments (without the actor)."""
+        data = self.cleaned_data
+        return {
+            "kind": data["kind"], "snapshot": data["snapshot"], "base_model": data["base_model"],
+            "adapter": data["adapter"], "agent": data["agent"] or data["snapshot"].agent,
+            "hyperparameters": data["hyperparameters"], "heldout_snapshot": data["heldout_snapshot"],
+        }  # fmt: skip
+
+
+def launch_initial(query: Mapping[str, str]) -> dict[str, str]:
+    """Initial values from GET parameters (the recommendation's button links here); unknown kinds are dropped."""
+    initial = {name: query[name] for name in PREFILL_FIELDS if query.get(name)}
+    if initial.get("kind") not in JobKind.values:
+        initial.pop("kind", None)
+    return initial
+
+
+class SampleFilterForm(forms.Form):
+    """Which checkpoint samples to show: a step, a reward range, and one component's range."""
+
+    step = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    min_reward = forms.FloatField(required=False, label="Reward ≥")
+    max_reward = forms.FloatField(required=False, label="Reward ≤")
+    component = forms.ChoiceField(required=False)
+    component_min = forms.FloatField(required=False, label="Component ≥")
+    component_max = forms.FloatField(required=False, label="Component ≤")
+
+    def __init__(self, data: Mapping[str, Any], *, steps: list[int], components: list[str]) -> None:
+        super().__init__(data)
+        cast(forms.ChoiceField, self.fields["step"]).choices = [("", "all"), *((str(s), str(s)) for s in steps)]
+        cast(forms.ChoiceField, self.fields["component"]).choices = [("", "any"), *((n, n) for n in components)]
+
+    def filters(self) -> dict[str, Any]:
+        """The valid filters as `selectors.job_samples` keyword arguments; an invalid one is left out."""
+        if not self.is_bound:
+            return {}
+        self.is_valid()
+        values = {name: self.cleaned_data.get(name) for name in self.fields if name not in self.errors}
+        return {name: value for name, value in values.items() if value not in (None, "")}
+
+
+class JobCompareForm(forms.Form):
+    job = forms.ModelMultipleChoiceField(
+        queryset=Job.objects.select_related("agent", "snapshot", "launched_by"), required=False
+    )
+    metric = forms.CharField(max_length=100, required=False)

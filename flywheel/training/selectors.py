@@ -1,12 +1,54 @@
-"""Reads of the training app: job lists, a job's metric series, samples, its evaluation."""
+"""Reads of the training app: job lists, a job's metric series, progress and flags, samples, evaluations.
+
+Metric series read the job's current attempt only: a retried attempt resumes from a checkpoint
+and re-emits the steps after it, so mixing attempts would draw two values per step.
+"""
 
 from __future__ import annotations
 
+import math
+import re
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
 
-from django.db.models import QuerySet
+from django.contrib.auth import get_user_model
+from django.db.models import F, QuerySet
+from django.db.models.fields.json import KeyTransform
+from django.utils import timezone
 
-from flywheel.training.models import Job, MetricPoint, Sample
+from flywheel.core.models import Agent
+from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.training.models import EvalRun, Job, JobKind, JobState, MetricPoint, Sample
+
+Series = dict[str, list[tuple[int, float]]]
+
+FLAG_PREFIX = "flag:"
+# The eval job logs "generated <done>/<total>" as it goes (trainer.evaluate's progress hook).
+_GENERATED = re.compile(r"^generated (\d+)/(\d+)$")
+# The rates trainer.evaluate reports, in the guide's order, with the label the pages show.
+EVAL_RATES: tuple[tuple[str, str], ...] = (
+    ("valid_json_rate", "Valid JSON"),
+    ("correct_tool_rate", "Correct tool"),
+    ("correct_arguments_rate", "Correct arguments"),
+    ("execution_success_rate", "Execution success"),
+    ("unsafe_action_rate", "Unsafe action"),
+    ("verifier_pass_rate", "Verifier pass"),
+    ("mean_reward", "Mean reward"),
+)
+EVAL_SCALARS: tuple[tuple[str, str], ...] = (
+    ("tasks", "Tasks"),
+    ("latency_p50_s", "Latency p50 (s)"),
+    ("latency_p95_s", "Latency p95 (s)"),
+    ("prompt_tokens_per_task", "Prompt tokens per task"),
+    ("completion_tokens_per_task", "Completion tokens per task"),
+    ("cost_per_task", "Cost per task"),
+)
+
+
+# --- Lists ------------------------------------------------------------------------------------
 
 
 def job_list(*, kind: str = "", state: str = "", agent: str = "", launched_by: str = "") -> QuerySet[Job]:
@@ -22,9 +64,30 @@ def job_list(*, kind: str = "", state: str = "", agent: str = "", launched_by: s
     return jobs
 
 
-def metric_series(*, job: Job) -> dict[str, list[tuple[int, float]]]:
-    """Every metric's (step, value) points in step order, latest attempt first in case of retries."""
-    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+@dataclass(frozen=True)
+class JobFilterOptions:
+    agents: list[str]
+    launchers: list[str]
+
+
+def job_filter_options() -> JobFilterOptions:
+    """The agents and the people that have jobs, for the list's filter menus."""
+    agents = Agent.objects.filter(jobs__isnull=False).values_list("name", flat=True).distinct().order_by("name")
+    users = get_user_model().objects.filter(pk__in=Job.objects.values("launched_by"))
+    return JobFilterOptions(agents=list(agents), launchers=list(users.values_list("username", flat=True)))
+
+
+def latest_train_snapshot(*, agent: Agent | None) -> TaskSetSnapshot | None:
+    """The newest train snapshot of `agent` (or of no agent): what a recommended training run starts from."""
+    return TaskSetSnapshot.objects.filter(split=Split.TRAIN, agent=agent).order_by("-created_at").first()
+
+
+# --- Metrics ----------------------------------------------------------------------------------
+
+
+def metric_series(*, job: Job) -> Series:
+    """Every metric's (step, value) points of the current attempt, in step order."""
+    series: Series = defaultdict(list)
     points = MetricPoint.objects.filter(job=job, attempt=job.attempts).order_by("name", "step", "id")
     for name, step, value in points.values_list("name", "step", "value"):
         series[name].append((step, value))
@@ -35,10 +98,256 @@ def latest_metrics(*, job: Job) -> dict[str, float]:
     return {name: points[-1][1] for name, points in metric_series(job=job).items()}
 
 
-def job_samples(*, job: Job, min_reward: float | None = None, max_reward: float | None = None) -> QuerySet[Sample]:
+def metric_names(*, jobs: Iterable[Job]) -> list[str]:
+    """The metric names any of `jobs` reported, sorted."""
+    names = MetricPoint.objects.filter(job__in=list(jobs)).values_list("name", flat=True).distinct()
+    return sorted(names)
+
+
+@dataclass(frozen=True)
+class Curve:
+    job: Job
+    points: list[tuple[int, float]]
+
+
+def compare_curves(*, jobs: Iterable[Job], metric: str) -> list[Curve]:
+    """One metric's points per job (each job's current attempt), in the order the jobs are given."""
+    jobs = list(jobs)
+    by_job: dict[Any, list[tuple[int, float]]] = {job.pk: [] for job in jobs}
+    points = MetricPoint.objects.filter(job__in=jobs, name=metric, attempt=F("job__attempts")).order_by("step", "id")
+    for job_id, step, value in points.values_list("job_id", "step", "value"):
+        by_job[job_id].append((step, value))
+    return [Curve(job=job, points=by_job[job.pk]) for job in jobs]
+
+
+# --- Progress ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a job is: `done` of `total` (steps, or tasks for an eval), and the time left at the recent rate."""
+
+    done: int | None
+    total: int | None
+    unit: str
+    eta_seconds: float | None
+    estimated_total: bool = False  # an SFT run's steps estimated from its epochs
+
+    @property
+    def percent(self) -> int | None:
+        if self.done is None or not self.total:
+            return None
+        return max(0, min(100, round(100 * self.done / self.total)))
+
+    @property
+    def eta_at(self) -> datetime | None:
+        return timezone.now() + timedelta(seconds=self.eta_seconds) if self.eta_seconds is not None else None
+
+
+def job_progress(*, job: Job) -> Progress:
+    if job.kind == JobKind.EVAL:
+        return _eval_progress(job)
+    points = MetricPoint.objects.filter(job=job, attempt=job.attempts)
+    first = points.order_by("step", "created_at").values_list("step", "created_at").first()
+    # The time a step was first reported: later metrics of that step (held-out evals) come later.
+    last = points.order_by("-step", "created_at").values_list("step", "created_at").first()
+    total, estimated = planned_steps(job)
+    done = last[0] if last else None
+    if job.state == JobState.SUCCEEDED and isinstance(job.result.get("metrics"), dict):
+        done = _int_or_none(job.result["metrics"].get("steps")) or done
+    eta = None
+    if first and last and total and not job.is_finished:
+        eta = eta_seconds(first=first, last=last, total=total)
+    return Progress(done=done, total=total, unit="steps", eta_seconds=eta, estimated_total=estimated)
+
+
+def planned_steps(job: Job) -> tuple[int | None, bool]:
+    """The run's step count from its hyperparameters; for an SFT run by epochs, an estimate from its tasks."""
+    if job.kind not in (JobKind.SFT, JobKind.GRPO):
+        return None, False
+    settings = {**_trainer_defaults(job.kind), **(job.hyperparameters or {})}
+    max_steps = _int_or_none(settings.get("max_steps"))
+    if max_steps and max_steps > 0:
+        return max_steps, False
+    if job.kind == JobKind.SFT:
+        epochs = settings.get("num_train_epochs")
+        batch = _int_or_none(settings.get("per_device_train_batch_size")) or 1
+        if isinstance(epochs, int | float) and epochs > 0 and job.snapshot.task_count:
+            return math.ceil(math.ceil(job.snapshot.task_count / batch) * epochs), True
+    return None, False
+
+
+def _trainer_defaults(kind: str) -> dict[str, Any]:
+    """The defaults of the trainer's config for `kind`, which a job's hyperparameters override."""
+    from trainer.grpo import Config as GrpoConfig
+    from trainer.sft import Config as SftConfig
+
+    config_class = GrpoConfig if kind == JobKind.GRPO else SftConfig
+    return {item.name: item.default for item in fields(config_class) if item.default is not MISSING}
+
+
+def eta_seconds(*, first: tuple[int, datetime], last: tuple[int, datetime], total: int) -> float | None:
+    """Seconds until step `total` at the rate from `first` to `last` (step, time); None before a rate exists."""
+    steps = last[0] - first[0]
+    seconds = (last[1] - first[1]).total_seconds()
+    if steps <= 0 or seconds <= 0:
+        return None
+    return max(0.0, (total - last[0]) * seconds / steps)
+
+
+def _eval_progress(job: Job) -> Progress:
+    done = total = None
+    for line in reversed(job.log_tail.splitlines()):
+        match = _GENERATED.match(line.strip())
+        if match:
+            done, total = int(match.group(1)), int(match.group(2))
+            break
+    eta = None
+    if done and total and job.started_at and not job.is_finished:
+        # Measured from the start, so the model's loading time slows the estimate: it errs long.
+        elapsed = (timezone.now() - job.started_at).total_seconds()
+        eta = max(0.0, (total - done) * elapsed / done)
+    return Progress(done=done, total=total, unit="answers", eta_seconds=eta)
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+# --- Flags ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str
+    message: str
+
+    @property
+    def label(self) -> str:
+        """`reward_hacking` as "Reward hacking"."""
+        return self.name.replace("_", " ").capitalize()
+
+
+def job_flags(*, job: Job) -> list[Flag]:
+    """The trainer's warning flags: `flag: <name> <detail>` lines of the log tail, then any the result names.
+
+    The log tail keeps its last lines only, so a flag raised early in a long run can scroll out;
+    the done event's `metrics.flags` still names it.
+    """
+    flags: dict[str, Flag] = {}
+    for line in job.log_tail.splitlines():
+        if line.startswith(FLAG_PREFIX):
+            name, _, detail = line[len(FLAG_PREFIX) :].strip().partition(" ")
+            flags.setdefault(name, Flag(name=name, message=detail))
+    metrics = job.result.get("metrics") if isinstance(job.result, dict) else None
+    for name in (metrics or {}).get("flags") or []:
+        flags.setdefault(str(name), Flag(name=str(name), message="raised during the run (see the trainer's log)"))
+    return list(flags.values())
+
+
+# --- Samples ----------------------------------------------------------------------------------
+
+
+def job_samples(
+    *,
+    job: Job,
+    step: int | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+    component: str = "",
+    component_min: float | None = None,
+    component_max: float | None = None,
+) -> QuerySet[Sample]:
+    """The job's samples, newest checkpoint first; filtered by step, reward and one reward component's range."""
     samples = Sample.objects.filter(job=job)
+    if step is not None:
+        samples = samples.filter(step=step)
     if min_reward is not None:
         samples = samples.filter(reward__gte=min_reward)
     if max_reward is not None:
         samples = samples.filter(reward__lte=max_reward)
-    return samples.order_by("-step", "reward")
+    if component:
+        # KeyTransform takes the key literally (no "__" path parsing), and comparing JSON numbers
+        # never raises on a non-number the way a cast would.
+        samples = samples.alias(component_value=KeyTransform(component, "components"))
+        samples = samples.filter(component_value__isnull=False)
+        if component_min is not None:
+            samples = samples.filter(component_value__gte=component_min)
+        if component_max is not None:
+            samples = samples.filter(component_value__lte=component_max)
+    return samples.order_by("-step", "reward", "id")
+
+
+def sample_facets(*, job: Job) -> tuple[list[int], list[str]]:
+    """The steps that have samples (newest first) and the reward components they carry, for the filter."""
+    steps = Sample.objects.filter(job=job).values_list("step", flat=True).distinct().order_by("-step")
+    names: set[str] = set()
+    for components in Sample.objects.filter(job=job).values_list("components", flat=True):
+        names.update(components or {})
+    return list(steps), sorted(names)
+
+
+# --- Evaluations ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rate:
+    name: str
+    label: str
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class BucketRates:
+    bucket: str
+    tasks: int
+    rates: list[Rate]
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    run: EvalRun
+    rates: list[Rate]
+    scalars: list[tuple[str, object]]
+    buckets: list[BucketRates]
+    recommendation: dict[str, Any]
+
+
+def eval_run_for(*, job: Job) -> EvalRun | None:
+    return EvalRun.objects.select_related("snapshot", "job").filter(job=job).first()
+
+
+def eval_report(*, run: EvalRun) -> EvalReport:
+    """An EvalRun's JSON (trainer.evaluate's `overall` and `by_bucket`) as rows with their intervals."""
+    metrics = run.metrics or {}
+    scalars = [(label, metrics[name]) for name, label in EVAL_SCALARS if metrics.get(name) is not None]
+    buckets = [
+        BucketRates(bucket=name, tasks=int(values.get("tasks") or 0), rates=eval_rates(values))
+        for name, values in sorted((run.per_bucket or {}).items())
+    ]
+    return EvalReport(run=run, rates=eval_rates(metrics), scalars=scalars, buckets=buckets,
+                      recommendation=run.recommendation or {})  # fmt: skip
+
+
+def eval_rates(metrics: Mapping[str, Any]) -> list[Rate]:
+    rates = []
+    for name, label in EVAL_RATES:
+        entry = metrics.get(name)
+        if not isinstance(entry, dict):
+            continue
+        rates.append(
+            Rate(
+                name=name,
+                label=label,
+                value=entry.get("value"),
+                low=entry.get("low"),
+                high=entry.get("high"),
+                n=int(entry.get("n") or 0),
+                note=str(entry.get("note") or ""),
+            )
+        )
+    return rates

@@ -1,82 +1,156 @@
-"""Pages and API of the training app: jobs (list, launch, live page, cancel) and POST /api/v1/jobs."""
+"""Pages and API of the training app: jobs (list, compare, launch, live page, samples, cancel), evaluations,
+and POST /api/v1/jobs.
+
+The live page polls two things while the job runs: `job_live` (an htmx partial: state, progress,
+flags, log) and `job_chart` (JSON the page's script redraws the charts from); `job_samples`
+re-renders the sample table for its filters.
+"""
 
 from __future__ import annotations
 
 import json
+from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
-from django.http import HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.roles import Perm
-from flywheel.datasets.models import TaskSetSnapshot
+from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.training import charts, selectors, services
-from flywheel.training.forms import JobLaunchForm
-from flywheel.training.models import Job, JobKind, JobState
+from flywheel.training.forms import (
+    DEFAULT_HYPERPARAMETERS,
+    HELDOUT_KINDS,
+    JobCompareForm,
+    JobLaunchForm,
+    SampleFilterForm,
+    launch_initial,
+)
+from flywheel.training.models import EvalRun, Job, JobKind, JobState
 
-LIVE_CHART_METRICS = [
-    "mean_reward",
-    "valid_json_rate",
-    "correct_tool_rate",
-    "correct_arguments_rate",
-    "unsafe_action_rate",
-]
+SAMPLES_SHOWN = 100
+DEFAULT_COMPARE_METRIC = "reward/mean"
+SAMPLE_FILTERS = ("step", "min_reward", "max_reward", "component", "component_min", "component_max")
+
+
+# --- Lists ------------------------------------------------------------------------------------
 
 
 @permission_required(Perm.VIEW)
 def job_list(request: AuthedRequest) -> HttpResponse:
     filters = {key: request.GET.get(key, "") for key in ("kind", "state", "agent", "launched_by")}
     context = {"jobs": selectors.job_list(**filters)[:200], "filters": filters, "kinds": JobKind.choices,
-               "states": JobState.choices}  # fmt: skip
+               "states": JobState.choices, "options": selectors.job_filter_options()}  # fmt: skip
     return render(request, "training/job_list.html", context)
+
+
+@permission_required(Perm.VIEW)
+def job_compare(request: AuthedRequest) -> HttpResponse:
+    form = JobCompareForm(request.GET)
+    jobs = list(form.cleaned_data["job"]) if form.is_valid() else []
+    names = selectors.metric_names(jobs=jobs)
+    metric = form.cleaned_data.get("metric") if form.is_valid() else ""
+    metric = metric or (DEFAULT_COMPARE_METRIC if DEFAULT_COMPARE_METRIC in names or not names else names[0])
+    curves = selectors.compare_curves(jobs=jobs, metric=metric)
+    figure = charts.compare_figure([(_job_label(curve.job), curve.points) for curve in curves], metric)
+    context = {"form": form, "jobs": jobs, "metric": metric, "metric_names": names, "curves": curves,
+               "figure": charts.figure_json(figure)}  # fmt: skip
+    return render(request, "training/job_compare.html", context)
+
+
+def _job_label(job: Job) -> str:
+    return f"{job} · {job.created_at:%Y-%m-%d %H:%M}"
+
+
+# --- Launch -----------------------------------------------------------------------------------
 
 
 @permission_required(Perm.LAUNCH_JOBS)
 def job_new(request: AuthedRequest) -> HttpResponse:
-    form = JobLaunchForm(request.POST or None, initial={"snapshot": request.GET.get("snapshot")})
+    form = JobLaunchForm(request.POST or None, initial=launch_initial(request.GET))
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
         try:
-            job = services.job_launch(
-                actor=request.user, kind=data["kind"], snapshot=data["snapshot"], base_model=data["base_model"],
-                adapter=data["adapter"], agent=data["snapshot"].agent, hyperparameters=data["hyperparameters"],
-            )  # fmt: skip
+            job = services.job_launch(actor=request.user, **form.launch_arguments())
         except services.LaunchRefused as exc:
             form.add_error(None, str(exc))
         else:
             return redirect("training:job_detail", job_id=job.id)
-    return render(request, "training/job_new.html", {"form": form})
+    context = {"form": form, "defaults": DEFAULT_HYPERPARAMETERS, "heldout_kinds": list(HELDOUT_KINDS)}
+    return render(request, "training/job_new.html", context, status=400 if form.errors else 200)
+
+
+# --- The live job page ------------------------------------------------------------------------
+
+
+def _job(job_id: UUID) -> Job:
+    return get_object_or_404(Job.objects.select_related("snapshot", "heldout_snapshot", "launched_by", "agent"),
+                             pk=job_id)  # fmt: skip
 
 
 def _live_context(job: Job) -> dict[str, object]:
+    eval_run = selectors.eval_run_for(job=job) if job.state == JobState.SUCCEEDED else None
     return {
         "job": job,
+        "progress": selectors.job_progress(job=job),
+        "flags": selectors.job_flags(job=job),
         "metrics": selectors.latest_metrics(job=job),
-        "samples": selectors.job_samples(job=job)[:50],
-        "eval_run": getattr(job, "eval_run", None) if job.state == JobState.SUCCEEDED else None,
+        "eval_run": eval_run,
+        "eval_report": selectors.eval_report(run=eval_run) if eval_run else None,
+        # Evaluations report once, at the end: their results page replaces training curves.
+        "has_charts": job.kind != JobKind.EVAL,
     }
+
+
+def _samples_context(job: Job, query: QueryDict) -> dict[str, object]:
+    steps, components = selectors.sample_facets(job=job)
+    form = SampleFilterForm(query if any(key in query for key in SAMPLE_FILTERS) else {}, steps=steps,
+                            components=components)  # fmt: skip
+    filters = form.filters()
+    samples = selectors.job_samples(job=job, **filters)
+    query_string = urlencode({key: value for key, value in form.data.items() if key in SAMPLE_FILTERS and value})
+    return {"job": job, "sample_form": form, "samples": samples[:SAMPLES_SHOWN], "sample_count": samples.count(),
+            "components": components, "sample_query": query_string}  # fmt: skip
 
 
 @permission_required(Perm.VIEW)
 def job_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
-    job = get_object_or_404(Job.objects.select_related("snapshot", "launched_by"), pk=job_id)
-    return render(request, "training/job_detail.html", _live_context(job))
+    job = _job(job_id)
+    context = {**_live_context(job), **_samples_context(job, request.GET)}
+    return render(request, "training/job_detail.html", context)
 
 
 @permission_required(Perm.VIEW)
 def job_live(request: AuthedRequest, job_id: UUID) -> HttpResponse:
-    job = get_object_or_404(Job.objects.select_related("snapshot"), pk=job_id)
-    return render(request, "training/_job_live.html", _live_context(job))
+    # `oob`: the partial brings the log tail too, swapped out of band at the page's end.
+    return render(request, "training/_job_live.html", {**_live_context(_job(job_id)), "oob": True})
+
+
+@permission_required(Perm.VIEW)
+def job_samples(request: AuthedRequest, job_id: UUID) -> HttpResponse:
+    job = _job(job_id)
+    context = _samples_context(job, request.GET)
+    response = render(request, "training/_job_samples.html", context)
+    # The filters belong in the page's address (to share or reload), not the partial's.
+    page = reverse("training:job_detail", args=[job.id])
+    response["HX-Push-Url"] = f"{page}?{context['sample_query']}" if context["sample_query"] else page
+    return response
 
 
 @permission_required(Perm.VIEW)
 def job_chart(request: AuthedRequest, job_id: UUID) -> JsonResponse:
     job = get_object_or_404(Job, pk=job_id)
     series = selectors.metric_series(job=job)
-    names = [name for name in LIVE_CHART_METRICS if name in series] or None
-    return JsonResponse({"figure": charts.metrics_figure(series, names), "finished": job.is_finished})
+    body: dict[str, Any] = {
+        "charts": [{"key": chart.key, "title": chart.title, "figure": charts.figure_json(chart.figure)}
+                   for chart in charts.live_charts(series)],
+        "points": sum(len(points) for points in series.values()),
+        "finished": job.is_finished,
+    }  # fmt: skip
+    return JsonResponse(body)
 
 
 @permission_required(Perm.LAUNCH_JOBS)
@@ -86,11 +160,55 @@ def job_cancel(request: AuthedRequest, job_id: UUID) -> HttpResponse:
     return redirect("training:job_detail", job_id=job_id)
 
 
+# --- Evaluations ------------------------------------------------------------------------------
+
+
+@permission_required(Perm.VIEW)
+def eval_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
+    job = _job(job_id)
+    run = selectors.eval_run_for(job=job)
+    if run is None:
+        raise Http404("this job has no evaluation results (yet)")
+    report = selectors.eval_report(run=run)
+    context = {
+        "job": job, "report": report, "launch_url": recommended_launch_url(run),
+        "rates_figure": charts.figure_json(charts.rates_figure(report.rates)),
+        "bucket_figure": charts.figure_json(charts.bucket_figure(report.buckets)) if report.buckets else None,
+    }  # fmt: skip
+    return render(request, "training/eval_detail.html", context)
+
+
+def recommended_launch_url(run: EvalRun) -> str | None:
+    """The launch form pre-filled for the recommended method on the evaluated model and agent.
+
+    A baseline is usually measured on held-out tasks, which may never be trained on: that
+    snapshot becomes the run's held-out snapshot, and the agent's newest train snapshot its
+    training data (the person can pick another before launching).
+    """
+    method = (run.recommendation or {}).get("method")
+    if method not in HELDOUT_KINDS:
+        return None
+    job = run.job
+    params = {"kind": method, "base_model": job.base_model, "adapter": job.adapter,
+              "agent": str(job.agent_id or run.snapshot.agent_id or "")}  # fmt: skip
+    if run.snapshot.split == Split.TRAIN:
+        params["snapshot"] = str(run.snapshot.pk)
+    else:
+        params["heldout_snapshot"] = str(run.snapshot.pk)
+        train = selectors.latest_train_snapshot(agent=run.snapshot.agent)
+        params["snapshot"] = str(train.pk) if train else ""
+    query = urlencode({key: value for key, value in params.items() if value})
+    return f"{reverse('training:job_new')}?{query}"
+
+
+# --- API --------------------------------------------------------------------------------------
+
+
 @permission_required(Perm.LAUNCH_JOBS, api=True)
 @require_POST
 def api_jobs(request: AuthedRequest) -> JsonResponse:
     """Launch a job: {"kind", "snapshot" (id or content hash), "base_model", "adapter"?, "hyperparameters"?,
-    "heldout_snapshot"? (sft and grpo evaluate on it as they train)}."""
+    "heldout_snapshot"? (id or content hash; sft and grpo evaluate on it as they train)}."""
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
@@ -112,13 +230,18 @@ def api_jobs(request: AuthedRequest) -> JsonResponse:
         )  # fmt: skip
     except services.LaunchRefused as exc:
         return JsonResponse({"error": str(exc)}, status=400)
-    return JsonResponse({"id": str(job.id), "state": job.state, "snapshot": snapshot.content_hash}, status=201)
+    body = {"id": str(job.id), "state": job.state, "snapshot": snapshot.content_hash,
+            "heldout_snapshot": heldout.content_hash if heldout else None}  # fmt: skip
+    return JsonResponse(body, status=201)
 
 
 def _snapshot(reference: object) -> TaskSetSnapshot | None:
-    """A snapshot by content hash or id."""
+    """A snapshot by content hash or id; anything else (a malformed id included) finds none."""
     text = str(reference or "")
     snapshot = TaskSetSnapshot.objects.filter(content_hash=text).first()
-    if snapshot is None and len(text) == 36:
-        snapshot = TaskSetSnapshot.objects.filter(pk=text).first()
+    if snapshot is None:
+        try:
+            snapshot = TaskSetSnapshot.objects.filter(pk=UUID(text)).first()
+        except ValueError:
+            return None
     return snapshot
