@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "flywheel.training",
     "flywheel.registry",
     "flywheel.dashboards",
+    "flywheel.rewards",
 ]
 
 MIDDLEWARE = [
@@ -217,3 +218,20 @@ TRAINER_COMMAND = env_list("TRAINER_COMMAND", [sys.executable, "-m", "trainer"])
 CELERY_BEAT_SCHEDULE = {
     "reap-jobs": {"task": "flywheel.training.reaper.reap_jobs", "schedule": float(JOB_REAP_EVERY_SECONDS)},
 }
+
+# --- Registry and serving -----------------------------------------------------------------
+# Registered adapters are copied here, read-only, and verified by hash on every load.
+# Empty: MEDIA_ROOT/registry (read when used, so test overrides of MEDIA_ROOT apply).
+REGISTRY_DIR = env_str("REGISTRY_DIR", "")
+# An OpenAI-compatible server for the live versions (vLLM started with --enable-lora --lora-modules,
+# or a `python -m trainer serve`); empty: the app starts and switches its own `python -m trainer serve`.
+SERVE_URL = env_str("SERVE_URL", "").rstrip("/")
+# The admin token of a `python -m trainer serve` at SERVE_URL, so the app can switch its adapter;
+# empty for vLLM, which is asked for the live version by its LoRA module name instead.
+SERVE_ADMIN_TOKEN = env_str("SERVE_ADMIN_TOKEN", "")
+SERVE_DEVICE = env_str("SERVE_DEVICE", "cpu")
+SERVE_MAX_NEW_TOKENS = env_int("SERVE_MAX_NEW_TOKENS", 256, minimum=1)
+SERVE_STARTUP_SECONDS = env_int("SERVE_STARTUP_SECONDS", 300, minimum=5)
+SERVE_REQUEST_SECONDS = env_int("SERVE_REQUEST_SECONDS", 300, minimum=5)
+# How `python -m trainer serve` starts; the same override as TRAINER_COMMAND.
+SERVE_COMMAND = env_list("SERVE_COMMAND", [sys.executable, "-m", "trainer", "serve"])

@@ -19,5 +19,7 @@ urlpatterns = [
     path("", include("flywheel.ingest.urls")),
     path("", include("flywheel.datasets.urls")),
     path("", include("flywheel.training.urls")),
+    path("", include("flywheel.registry.urls")),
+    path("rewards/", include("flywheel.rewards.urls")),
     path("", include("flywheel.core.urls")),
 ]

@@ -158,7 +158,16 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--base-model", required=True, help="a local folder, a .gguf file or 'demo'")
     serve.add_argument("--adapter", help="a LoRA adapter folder (verified against its manifest before loading)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8001)
+    serve.add_argument("--port", type=int, default=8001, help="0 picks a free port (printed in the listening line)")
+    serve.add_argument("--model-name", help="the name /v1/models lists and responses carry (default: the base model)")
+    serve.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda ...")
+    serve.add_argument("--max-new-tokens", type=int, default=256, help="the most tokens one answer may generate")
+    serve.add_argument(
+        "--admin-token-file",
+        help="file holding the bearer token of POST /admin/adapter (default: $FLYWHEEL_SERVE_ADMIN_TOKEN; none: off)",
+    )
+    serve.add_argument("--exit-with-parent", action="store_true",
+                       help="stop when the process that started this one exits (the web app's managed server)")
     serve.set_defaults(handler=_serve)
 
 

@@ -12,6 +12,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("Trajectories", "ingest:trajectory_list"),
     ("Triage", "triage:queue"),
     ("Tasks", "datasets:task_list"),
+    ("Rewards", "rewards:run_list"),
     ("Jobs", "training:job_list"),
     ("Models", "registry:version_list"),
     ("Dashboards", "dashboards:index"),

@@ -1,0 +1,150 @@
+"""Registry rows: model versions, gate policies and results, deployments, and the live pointer.
+
+Nothing here is ever deleted (PROTECT everywhere, no delete in the admin): the versions and
+the deployments are the history of what served each agent. One live version per agent is
+the unique `LivePointer.agent`; the services change it under a row lock on the agent.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from flywheel.core.models import Agent, TimestampedModel, UUIDModel
+from flywheel.training.models import Job
+
+
+class ModelVersion(UUIDModel, TimestampedModel):
+    """A trained adapter of an agent, copied into the registry's storage under its sha256."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="model_versions")
+    number = models.PositiveIntegerField()
+    base_model = models.CharField(max_length=500)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    training_job = models.OneToOneField(
+        Job, null=True, blank=True, on_delete=models.PROTECT, related_name="model_version"
+    )
+    snapshot_hash = models.CharField(max_length=64, blank=True, help_text="The train snapshot's content hash.")
+    heldout_snapshot_hash = models.CharField(max_length=64, blank=True)
+    config = models.JSONField(default=dict, blank=True, help_text="The training job's kind and hyperparameters.")
+    metrics = models.JSONField(default=dict, blank=True, help_text="The training job's final metrics.")
+    adapter_sha256 = models.CharField(max_length=64, help_text="sha256 of adapter_model.safetensors.")
+    config_sha256 = models.CharField(max_length=64, help_text="sha256 of adapter_config.json.")
+    storage_path = models.CharField(max_length=500, help_text="The adapter folder, relative to the registry root.")
+    registered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["agent", "-number"]
+        constraints = [models.UniqueConstraint(fields=["agent", "number"], name="model_version_agent_number")]
+
+    def __str__(self) -> str:
+        return self.tag
+
+    @property
+    def tag(self) -> str:
+        """The model version tag trajectories carry, e.g. `support-bot:v3`."""
+        return f"{self.agent.name}:v{self.number}"
+
+    @property
+    def serve_name(self) -> str:
+        """A LoRA module name for vLLM's `--lora-modules NAME=PATH` (no colon, one per version)."""
+        return f"{self.agent.name}-v{self.number}"
+
+
+class GatePolicy(TimestampedModel):
+    """An agent's promotion criteria: the fields of `trainer.gate.Policy` that differ from the defaults."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.PROTECT, related_name="gate_policy", primary_key=True)
+    policy = models.JSONField(default=dict, blank=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"gate policy of {self.agent}"
+
+
+class GateStatus(models.TextChoices):
+    PENDING = "pending", "Running"
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"
+    ERROR = "error", "Did not finish"
+
+
+class GateResult(UUIDModel, TimestampedModel):
+    """A gate job's comparison of a candidate with a baseline (a version, or the base model when null)."""
+
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="gate_result")
+    candidate = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="gate_results")
+    baseline = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="baseline_gate_results"
+    )
+    status = models.CharField(max_length=8, choices=GateStatus.choices, default=GateStatus.PENDING, db_index=True)
+    policy = models.JSONField(default=dict, blank=True, help_text="The policy the gate applied.")
+    decision = models.JSONField(default=dict, blank=True, help_text="passed, summary and each criterion's reason.")
+    report = models.JSONField(
+        default=dict, blank=True, help_text="Both models' metrics (overall, per bucket, regression) and per-task flips."
+    )
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        against = self.baseline.tag if self.baseline else "base model"
+        return f"gate of {self.candidate} against {against}: {self.get_status_display()}"
+
+    @property
+    def passed(self) -> bool:
+        return self.status == GateStatus.PASSED
+
+    @property
+    def criteria(self) -> list[dict[str, object]]:
+        return list(self.decision.get("criteria", []))
+
+
+class DeploymentAction(models.TextChoices):
+    PROMOTE = "promote", "Promote"
+    ROLLBACK = "rollback", "Roll back"
+
+
+class Deployment(UUIDModel):
+    """One change of an agent's live version: who, when, from what, to what, why, and on which gate."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="deployments")
+    action = models.CharField(max_length=8, choices=DeploymentAction.choices)
+    from_version = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    to_version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="deployments")
+    to_sha256 = models.CharField(max_length=64, help_text="The adapter sha256 that went live.")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # Kept apart from `actor` so the record survives the user's deletion.
+    actor_name = models.CharField(max_length=150)
+    reason = models.TextField(blank=True)
+    override = models.BooleanField(default=False, help_text="Promoted without a passed gate, on a written reason.")
+    gate_result = models.ForeignKey(
+        GateResult, null=True, blank=True, on_delete=models.PROTECT, related_name="deployments"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        origin = self.from_version.tag if self.from_version else "nothing"
+        return f"{self.get_action_display()} {origin} → {self.to_version.tag}"
+
+
+class LivePointer(models.Model):
+    """The version that serves an agent now; the unique agent column allows one per agent."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.PROTECT, related_name="live_pointer", primary_key=True)
+    version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="+")
+    deployment = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.agent} → {self.version.tag}"

@@ -1,0 +1,243 @@
+"""Reads of the registry: versions, lineage, the live pointer, history, gates, and failure rates per version."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from flywheel.core.models import Agent, AuditEvent
+from flywheel.ingest.models import Outcome, Trajectory
+from flywheel.registry import storage
+from flywheel.registry.models import Deployment, GatePolicy, GateResult, GateStatus, LivePointer, ModelVersion
+from flywheel.training.selectors import metric_series
+from trainer.gate import Policy
+
+TAG = re.compile(r"^(?P<agent>[-\w]+):v(?P<number>\d+)$")
+FINISHED_GATES = (GateStatus.PASSED, GateStatus.FAILED)
+
+
+def agent_list_with_versions() -> QuerySet[Agent]:
+    return Agent.objects.annotate(version_count=Count("model_versions")).select_related(
+        "live_pointer__version__agent"
+    ).order_by("name")
+
+
+def version_list(*, agent: Agent) -> QuerySet[ModelVersion]:
+    return ModelVersion.objects.filter(agent=agent).select_related("agent", "parent__agent", "training_job")
+
+
+def version_get(*, agent_name: str, number: int) -> ModelVersion | None:
+    return (
+        ModelVersion.objects.select_related("agent", "parent__agent", "training_job")
+        .filter(agent__name=agent_name, number=number)
+        .first()
+    )
+
+
+def version_by_tag(*, tag: str) -> ModelVersion | None:
+    """The version a model version tag such as `support-bot:v3` names; None when it names none."""
+    match = TAG.match(tag.strip())
+    if match is None:
+        return None
+    return version_get(agent_name=match["agent"], number=int(match["number"]))
+
+
+def lineage(*, version: ModelVersion) -> list[ModelVersion]:
+    """The version's ancestors, oldest first, ending with the version itself."""
+    chain = [version]
+    seen = {version.pk}
+    while chain[0].parent_id is not None and chain[0].parent_id not in seen:
+        parent = ModelVersion.objects.select_related("agent", "training_job").get(pk=chain[0].parent_id)
+        seen.add(parent.pk)
+        chain.insert(0, parent)
+    return chain
+
+
+def live_version(*, agent: Agent) -> ModelVersion | None:
+    pointer = LivePointer.objects.select_related("version__agent").filter(agent=agent).first()
+    return pointer.version if pointer else None
+
+
+def live_pointer_for(*, agent_name: str) -> LivePointer | None:
+    return (
+        LivePointer.objects.select_related("version__agent", "deployment", "agent")
+        .filter(agent__name=agent_name)
+        .first()
+    )
+
+
+def deployment_history(*, agent: Agent) -> QuerySet[Deployment]:
+    return Deployment.objects.filter(agent=agent).select_related(
+        "from_version__agent", "to_version__agent", "actor", "gate_result"
+    )
+
+
+def previous_version(*, agent: Agent, current: ModelVersion) -> ModelVersion | None:
+    """The newest earlier version that was live once: where "roll back" goes by default."""
+    return (
+        ModelVersion.objects.filter(agent=agent, number__lt=current.number, deployments__isnull=False)
+        .select_related("agent")
+        .order_by("-number")
+        .first()
+    )
+
+
+def earlier_versions(*, agent: Agent, current: ModelVersion) -> QuerySet[ModelVersion]:
+    return ModelVersion.objects.filter(agent=agent, number__lt=current.number).select_related("agent")
+
+
+def audit_trail(*, agent: Agent) -> QuerySet[AuditEvent]:
+    """Every audited change to the agent's versions (registered, gated, promoted, rolled back) and its policy."""
+    version_ids = [str(pk) for pk in ModelVersion.objects.filter(agent=agent).values_list("pk", flat=True)]
+    return AuditEvent.objects.filter(
+        Q(target_type=ModelVersion._meta.label, target_id__in=version_ids)
+        | Q(target_type=Agent._meta.label, target_id=str(agent.pk), action__startswith="gate_policy.")
+    ).order_by("-created_at")
+
+
+def gate_results(*, version: ModelVersion) -> QuerySet[GateResult]:
+    return GateResult.objects.filter(candidate=version).select_related("job", "baseline__agent", "candidate__agent")
+
+
+def gate_for_promotion(*, version: ModelVersion, baseline: ModelVersion | None) -> GateResult | None:
+    """The latest finished gate of `version` against `baseline` (the live version, or None for the base)."""
+    return (
+        GateResult.objects.filter(candidate=version, baseline=baseline, status__in=FINISHED_GATES)
+        .order_by("-created_at")
+        .first()
+    )
+
+
+def gate_result_get(*, gate_id: Any) -> GateResult | None:
+    return (
+        GateResult.objects.select_related("job", "candidate__agent", "candidate__training_job", "baseline__agent")
+        .filter(pk=gate_id)
+        .first()
+    )
+
+
+def gate_policy(*, agent: Agent) -> Policy:
+    """The agent's policy: its stored fields over trainer's defaults."""
+    stored = GatePolicy.objects.filter(agent=agent).values_list("policy", flat=True).first() or {}
+    return Policy(**stored)
+
+
+def adapter_folder(*, version: ModelVersion) -> Path:
+    """The version's adapter folder, after verifying its files against the registered hashes."""
+    folder = storage.registry_root() / version.storage_path
+    return storage.verify_files(folder, sha256=version.adapter_sha256, config_sha256=version.config_sha256)
+
+
+def adapter_location(*, version: ModelVersion) -> Path:
+    """Where the version's adapter lies (not verified: for display and the live API)."""
+    return storage.registry_root() / version.storage_path
+
+
+def vllm_command(*, version: ModelVersion) -> str:
+    return (
+        f"vllm serve {version.base_model} --enable-lora "
+        f"--lora-modules {version.serve_name}={adapter_location(version=version)}"
+    )
+
+
+def live_info(*, pointer: LivePointer) -> dict[str, Any]:
+    """What `GET /api/v1/agents/<agent>/live` answers."""
+    version = pointer.version
+    return {
+        "agent": pointer.agent.name,
+        "version": version.tag,
+        "number": version.number,
+        "base_model": version.base_model,
+        "adapter": {"location": str(adapter_location(version=version)), "sha256": version.adapter_sha256,
+                    "config_sha256": version.config_sha256, "lora_module": version.serve_name},  # fmt: skip
+        "promoted_at": pointer.deployment.created_at.isoformat(),
+        "deployment": {"id": str(pointer.deployment.pk), "action": pointer.deployment.action},
+    }
+
+
+# --- Failure rates per version: trajectories carry the version tag ---------------------------
+
+
+@dataclass(frozen=True)
+class VersionFailures:
+    tag: str
+    version: ModelVersion | None
+    total: int
+    failures: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.failures / self.total if self.total else None
+
+
+def failures_by_version(*, agent: Agent) -> list[VersionFailures]:
+    """Per model version tag the agent's trajectories carried: how many, how many failed; newest version first."""
+    rows = (
+        Trajectory.objects.filter(agent=agent)
+        .exclude(model_version="")
+        .values("model_version")
+        .annotate(total=Count("id"), failures=Count("id", filter=Q(outcome=Outcome.FAILURE)))
+    )
+    versions = {version.tag: version for version in version_list(agent=agent)}
+    found = [VersionFailures(row["model_version"], versions.get(row["model_version"]), row["total"], row["failures"])
+             for row in rows]  # fmt: skip
+    return sorted(found, key=lambda row: (-(row.version.number if row.version else 0), row.tag))
+
+
+# --- The baseline-vs-tuned comparison ---------------------------------------------------------
+
+COMPARED_RATES = ("valid_json_rate", "correct_tool_rate", "correct_arguments_rate", "execution_success_rate",
+                  "unsafe_action_rate", "verifier_pass_rate")  # fmt: skip
+COMPARED_NUMBERS = ("latency_p50_s", "latency_p95_s", "prompt_tokens_per_task", "completion_tokens_per_task",
+                    "cost_per_task")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MetricPair:
+    name: str
+    baseline: dict[str, Any]
+    candidate: dict[str, Any]
+
+    @property
+    def delta(self) -> float | None:
+        before, after = self.baseline.get("value"), self.candidate.get("value")
+        return after - before if isinstance(before, (int, float)) and isinstance(after, (int, float)) else None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    overall: list[MetricPair]
+    by_bucket: dict[str, list[MetricPair]]
+    fixed: list[dict[str, Any]]
+    broken: list[dict[str, Any]]
+    reward_curves: dict[str, list[tuple[int, float]]]
+
+
+def _pairs(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[MetricPair]:
+    pairs = [MetricPair(name, baseline.get(name) or {}, candidate.get(name) or {}) for name in COMPARED_RATES]
+    pairs += [MetricPair(name, {"value": baseline.get(name)}, {"value": candidate.get(name)})
+              for name in COMPARED_NUMBERS]  # fmt: skip
+    return pairs
+
+
+def comparison(*, gate: GateResult) -> Comparison:
+    """Side by side per metric (with intervals), per bucket, the per-task flips, and the training curves."""
+    report = gate.report or {}
+    baseline, candidate = report.get("baseline") or {}, report.get("candidate") or {}
+    buckets = sorted(set(baseline.get("by_bucket") or {}) | set(candidate.get("by_bucket") or {}))
+    tasks = report.get("tasks") or []
+    job = gate.candidate.training_job
+    series = metric_series(job=job) if job is not None else {}
+    return Comparison(
+        overall=_pairs(baseline.get("overall") or {}, candidate.get("overall") or {}),
+        by_bucket={name: _pairs((baseline.get("by_bucket") or {}).get(name) or {},
+                                (candidate.get("by_bucket") or {}).get(name) or {}) for name in buckets},
+        fixed=[row for row in tasks if row.get("candidate") and not row.get("baseline")],
+        broken=[row for row in tasks if row.get("baseline") and not row.get("candidate")],
+        reward_curves={name: points for name, points in series.items()
+                       if name.startswith(("reward", "heldout/", "loss"))},
+    )  # fmt: skip

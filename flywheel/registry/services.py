@@ -1,0 +1,345 @@
+"""Writes of the registry: register versions, launch and record gates, set policies, promote, roll back.
+
+Every change of the live pointer happens under a row lock on the agent, so two approvers at
+once (or a double click) are serialized: the second finds the version already live and does
+nothing, or finds that the live version changed since its page was drawn (`expected_live`) and
+is refused with `PromotionConflict`. Each change is a Deployment row and an audit event.
+The receivers of `training.signals.job_finished` run inside the job's finishing transaction,
+in a savepoint, so a registry problem is recorded and never fails the job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+
+from flywheel.core.models import Agent
+from flywheel.core.roles import Perm
+from flywheel.core.services import Actor, actor_user, audit_record
+from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.registry import selectors, storage
+from flywheel.registry.models import (
+    Deployment,
+    DeploymentAction,
+    GatePolicy,
+    GateResult,
+    GateStatus,
+    LivePointer,
+    ModelVersion,
+)
+from flywheel.training.models import Job, JobKind, JobState
+from trainer.adapters import AdapterError
+from trainer.gate import Config, Policy
+from trainer.jobs import SpecError, config_from_json
+
+logger = logging.getLogger(__name__)
+TRAINING_KINDS = (JobKind.SFT, JobKind.GRPO)
+
+
+class RegistryRefused(ValueError):
+    """The request cannot be carried out; the message says why, and nothing was changed."""
+
+
+class PromotionConflict(RegistryRefused):
+    """The live version changed since the caller looked; nothing was changed."""
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def _locked_agent(agent: Agent) -> Agent:
+    return Agent.objects.select_for_update().get(pk=agent.pk)
+
+
+# --- Versions -------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def version_register(
+    *,
+    actor: Actor,
+    agent: Agent,
+    adapter_dir: str | Path,
+    base_model: str,
+    training_job: Job | None = None,
+    parent: ModelVersion | None = None,
+    config: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+    snapshot_hash: str = "",
+    heldout_snapshot_hash: str = "",
+) -> ModelVersion:
+    """The adapter in `adapter_dir`, verified and copied into the registry as the agent's next version."""
+    _locked_agent(agent)  # numbers are handed out one at a time per agent
+    number = (ModelVersion.objects.filter(agent=agent).order_by("-number").values_list("number", flat=True).first()
+              or 0) + 1  # fmt: skip
+    try:
+        stored = storage.adapter_copy(source=adapter_dir, agent_name=agent.name, number=number)
+    except AdapterError as error:
+        raise RegistryRefused(f"the adapter cannot be registered: {error}") from None
+    version = ModelVersion(
+        agent=agent, number=number, base_model=base_model, parent=parent, training_job=training_job,
+        snapshot_hash=snapshot_hash, heldout_snapshot_hash=heldout_snapshot_hash, config=config or {},
+        metrics=metrics or {}, adapter_sha256=stored.sha256, config_sha256=stored.config_sha256,
+        storage_path=stored.relative_path, registered_by=actor_user(actor),
+    )  # fmt: skip
+    version.full_clean()
+    version.save()
+    audit_record(actor=actor, action="version.register", target=version,
+                 data={"sha256": stored.sha256, "job": str(training_job.pk) if training_job else None,
+                       "parent": parent.tag if parent else None})  # fmt: skip
+    return version
+
+
+def version_register_from_job(*, job: Job) -> ModelVersion | None:
+    """Register a succeeded sft or grpo job's adapter (once: a second call returns the same version)."""
+    if job.kind not in TRAINING_KINDS or job.state != JobState.SUCCEEDED:
+        return None
+    existing = ModelVersion.objects.filter(training_job=job).first()
+    if existing is not None:
+        return existing
+    adapter_dir = ((job.result or {}).get("files") or {}).get("adapter_dir")
+    if job.agent is None or not adapter_dir:
+        why = "the job has no agent" if job.agent is None else "the done event names no adapter_dir"
+        audit_record(actor=None, action="version.register_skipped", target=job, data={"reason": why})
+        return None
+    return version_register(
+        actor=None, agent=job.agent, adapter_dir=adapter_dir, base_model=job.base_model, training_job=job,
+        parent=_parent_version(job.agent, job.adapter), config={"kind": job.kind, **job.hyperparameters},
+        metrics=(job.result or {}).get("metrics") or {}, snapshot_hash=job.snapshot.content_hash,
+        heldout_snapshot_hash=job.heldout_snapshot.content_hash if job.heldout_snapshot else "",
+    )  # fmt: skip
+
+
+def _parent_version(agent: Agent, adapter: str) -> ModelVersion | None:
+    """The registered version a job started from, found by its adapter's weights hash."""
+    if not adapter:
+        return None
+    try:
+        manifest = json.loads((Path(adapter) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return ModelVersion.objects.filter(agent=agent, adapter_sha256=manifest.get("sha256", "")).first()
+
+
+# --- Gates ----------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def gate_policy_set(*, actor: Actor, agent: Agent, policy: dict[str, Any]) -> GatePolicy:
+    """Store the agent's promotion criteria, checked by trainer's own Policy."""
+    try:
+        checked = config_from_json(Policy, policy, "gate policy")
+    except SpecError as error:
+        raise RegistryRefused(str(error)) from None
+    stored, _ = GatePolicy.objects.update_or_create(
+        agent=agent, defaults={"policy": asdict(checked), "updated_by": actor_user(actor)}
+    )
+    audit_record(actor=actor, action="gate_policy.update", target=agent, data=asdict(checked))
+    return stored
+
+
+@transaction.atomic
+def gate_launch(
+    *,
+    actor: Actor,
+    candidate: ModelVersion,
+    heldout_snapshot: TaskSetSnapshot,
+    regression_snapshot: TaskSetSnapshot | None = None,
+    options: dict[str, Any] | None = None,
+) -> GateResult:
+    """Start a gate job: the candidate against the live version (or the base model when none is live)."""
+    from flywheel.training.services import LaunchRefused, job_launch
+
+    if heldout_snapshot.split != Split.HELDOUT:
+        raise RegistryRefused(f"snapshot {heldout_snapshot.name!r} is not held-out; a gate evaluates on held-out tasks")
+    baseline = selectors.live_version(agent=candidate.agent)
+    if baseline == candidate:
+        raise RegistryRefused(f"{candidate.tag} is the live version already; there is nothing to compare it with")
+    if baseline is not None and baseline.base_model != candidate.base_model:
+        baseline = None  # another base: the fair comparison is with the candidate's own base model
+    hyperparameters = _gate_hyperparameters(candidate, baseline, options or {})
+    try:
+        job = job_launch(
+            actor=actor, kind=JobKind.GATE, snapshot=heldout_snapshot, base_model=candidate.base_model,
+            adapter=str(_verified_folder(candidate)), agent=candidate.agent, hyperparameters=hyperparameters,
+            regression_snapshot=regression_snapshot,
+        )  # fmt: skip
+    except LaunchRefused as error:
+        raise RegistryRefused(str(error)) from None
+    gate = GateResult(job=job, candidate=candidate, baseline=baseline, policy=asdict(Config(**{
+        key: value for key, value in hyperparameters.items() if key != "seed"}).policy))  # fmt: skip
+    gate.full_clean()
+    gate.save()
+    audit_record(actor=actor, action="gate.launch", target=candidate,
+                 data={"gate": str(gate.pk), "job": str(job.pk), "baseline": baseline.tag if baseline else None})
+    return gate
+
+
+def _gate_hyperparameters(candidate: ModelVersion, baseline: ModelVersion | None,
+                          options: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The agent's policy, then the caller's options, then the baseline: checked by trainer's gate Config."""
+    policy = asdict(selectors.gate_policy(agent=candidate.agent))
+    baseline_adapter = str(_verified_folder(baseline)) if baseline else None
+    hyperparameters = {**policy, **options, "baseline_adapter": baseline_adapter}
+    try:
+        config_from_json(Config, {k: v for k, v in hyperparameters.items() if k != "seed"}, "gate hyperparameters")
+    except SpecError as error:
+        raise RegistryRefused(str(error)) from None
+    return hyperparameters
+
+
+def _verified_folder(version: ModelVersion) -> Path:
+    try:
+        return selectors.adapter_folder(version=version)
+    except storage.AdapterTampered as error:
+        raise RegistryRefused(str(error)) from None
+
+
+def gate_result_store(*, job: Job) -> GateResult | None:
+    """Record a finished gate job's decision on its GateResult (once: only a pending one changes)."""
+    gate = GateResult.objects.select_for_update().filter(job=job, status=GateStatus.PENDING).first()
+    if gate is None:
+        return None
+    if job.state == JobState.SUCCEEDED:
+        _gate_read(gate, job)
+    else:
+        gate.status, gate.error = GateStatus.ERROR, job.error or f"the gate job ended {job.state}"
+    gate.full_clean()
+    gate.save()
+    audit_record(actor=None, action=f"gate.{gate.status}", target=gate.candidate,
+                 data={"gate": str(gate.pk), "summary": gate.decision.get("summary", gate.error)})
+    return gate
+
+
+def _gate_read(gate: GateResult, job: Job) -> None:
+    path = ((job.result or {}).get("files") or {}).get("gate")
+    try:
+        report = json.loads(Path(path).read_text()) if path else None
+    except (OSError, ValueError) as error:
+        report, gate.error = None, f"gate.json cannot be read: {error}"
+    if not report or "decision" not in report:
+        gate.status, gate.error = GateStatus.ERROR, gate.error or "the gate job wrote no decision"
+        return
+    gate.decision = report.pop("decision")
+    gate.report = {key: report.get(key) for key in ("candidate", "baseline", "tasks", "snapshot_sha256",
+                                                   "regression_sha256", "config")}  # fmt: skip
+    gate.status = GateStatus.PASSED if gate.decision.get("passed") else GateStatus.FAILED
+
+
+def on_job_finished(sender: object, job: Job, **kwargs: Any) -> None:
+    """`job_finished` receiver: register trained adapters, record gate decisions; never fail the job."""
+    try:
+        with transaction.atomic():
+            if job.kind in TRAINING_KINDS:
+                version_register_from_job(job=job)
+            elif job.kind == JobKind.GATE:
+                gate_result_store(job=job)
+    except (RegistryRefused, storage.AdapterTampered, ValidationError, OSError) as error:
+        logger.warning("registry: job %s: %s", job.pk, error)
+        audit_record(actor=None, action="registry.job_failed", target=job, data={"error": str(error)[:1000]})
+
+
+# --- Promote and roll back ------------------------------------------------------------------
+
+
+def _require_approver(actor: Actor) -> None:
+    user = actor_user(actor)
+    if user is None or not user.has_perm(Perm.APPROVE_VERSIONS):
+        raise PermissionDenied(f"permission {Perm.APPROVE_VERSIONS} required")
+
+
+def _check_expected(current: ModelVersion | None, expected_live: Any) -> None:
+    if expected_live is not UNSET and expected_live != current:
+        now = current.tag if current else "nothing"
+        raise PromotionConflict(f"the live version changed meanwhile (it is {now} now); look again and decide")
+
+
+@transaction.atomic
+def version_promote(
+    *, actor: Actor, version: ModelVersion, reason: str = "", expected_live: Any = UNSET
+) -> Deployment | None:
+    """Make `version` live: with a passed gate against the live version, or with a written override reason.
+
+    None when it is live already (a double click). `expected_live` is the live version the caller
+    saw (None for none); when it has changed since, PromotionConflict.
+    """
+    _require_approver(actor)
+    agent = _locked_agent(version.agent)
+    current = selectors.live_version(agent=agent)
+    if current == version:
+        return None
+    _check_expected(current, expected_live)
+    _verified_folder(version)
+    gate = selectors.gate_for_promotion(version=version, baseline=current)
+    override = gate is None or not gate.passed
+    if override and not reason.strip():
+        raise RegistryRefused(_why_override(version, current, gate))
+    return _deploy(actor, agent, DeploymentAction.PROMOTE, current, version, reason, gate, override)
+
+
+def _why_override(version: ModelVersion, current: ModelVersion | None, gate: GateResult | None) -> str:
+    against = current.tag if current else "the base model"
+    if gate is None:
+        return f"{version.tag} has no finished gate against {against}; promoting it needs a written override reason"
+    return f"{version.tag} failed its gate against {against} ({gate.decision.get('summary', '')}); " \
+           "promoting it needs a written override reason"
+
+
+@transaction.atomic
+def version_rollback(
+    *, actor: Actor, agent: Agent, reason: str, to_version: ModelVersion | None = None, expected_live: Any = UNSET
+) -> Deployment | None:
+    """Put an earlier version live again (by default the newest earlier one that was live); a reason is required.
+
+    None when `to_version` is live already (a double click).
+    """
+    _require_approver(actor)
+    if not reason.strip():
+        raise RegistryRefused("a rollback needs a written reason")
+    agent = _locked_agent(agent)
+    current = selectors.live_version(agent=agent)
+    if current is None:
+        raise RegistryRefused(f"{agent.name} has no live version to roll back from")
+    if to_version is not None and to_version == current:
+        return None
+    _check_expected(current, expected_live)
+    target = to_version or selectors.previous_version(agent=agent, current=current)
+    if target is None:
+        raise RegistryRefused(f"{current.tag} has no earlier version to roll back to")
+    if target.agent_id != agent.pk or target.number >= current.number:
+        raise RegistryRefused(f"roll back to an earlier version of {agent.name} than {current.tag}")
+    _verified_folder(target)
+    return _deploy(actor, agent, DeploymentAction.ROLLBACK, current, target, reason, None, False)
+
+
+def _deploy(
+    actor: Actor, agent: Agent, action: str, current: ModelVersion | None, target: ModelVersion, reason: str,
+    gate: GateResult | None, override: bool,
+) -> Deployment:
+    user = actor_user(actor)
+    deployment = Deployment(
+        agent=agent, action=action, from_version=current, to_version=target, to_sha256=target.adapter_sha256,
+        actor=user, actor_name=user.get_username() if user else "system", reason=reason.strip(), override=override,
+        gate_result=gate,
+    )  # fmt: skip
+    deployment.full_clean()
+    deployment.save()
+    LivePointer.objects.update_or_create(agent=agent, defaults={"version": target, "deployment": deployment})
+    audit_record(actor=actor, action=f"version.{action}", target=target, data={
+        "agent": agent.name, "from": current.tag if current else None, "to": target.tag,
+        "from_sha256": current.adapter_sha256 if current else None, "to_sha256": target.adapter_sha256,
+        "reason": deployment.reason, "override": override, "gate": str(gate.pk) if gate else None,
+        "gate_passed": gate.passed if gate else None, "deployment": str(deployment.pk),
+    })  # fmt: skip
+    return deployment

@@ -1,0 +1,212 @@
+"""Forward chat completions to a server that answers with an agent's live version.
+
+Two ways to serve (settings, "Registry and serving"):
+- `SERVE_URL` names a server the operator runs. vLLM started with `--enable-lora --lora-modules
+  NAME=PATH` for the versions is asked for the live one by its LoRA module name
+  (`ModelVersion.serve_name`); a `python -m trainer serve` with `SERVE_ADMIN_TOKEN` is switched
+  to the live adapter through its `POST /admin/adapter` when the live version changes.
+- Otherwise this process starts its own `python -m trainer serve` (one per web process: the
+  demo's case; with several web workers run one server and set SERVE_URL) and switches it.
+Before each request the live version is read from the database and compared with what the
+server reports, so a promote or rollback made through any web process takes effect on the next
+request. The adapter is verified against the registered hashes before it is handed to a server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import secrets
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+
+from flywheel.registry import selectors
+from flywheel.registry.models import ModelVersion
+
+
+class ServingUnavailable(Exception):
+    """No server answers for the live version; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the server must serve: the live version's base model and verified adapter."""
+
+    tag: str
+    base_model: str
+    adapter: str
+    sha256: str
+    lora_module: str
+
+
+def target_for(version: ModelVersion) -> Target:
+    folder = selectors.adapter_folder(version=version)  # raises AdapterTampered on a changed file
+    return Target(tag=version.tag, base_model=version.base_model, adapter=str(folder), sha256=version.adapter_sha256,
+                  lora_module=version.serve_name)  # fmt: skip
+
+
+def http_json(method: str, url: str, body: dict[str, Any] | None = None, *, token: str = "",
+              timeout: float = 30) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    """One JSON request; the status and the decoded body (an error body too)."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - our own server
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        try:
+            return error.code, json.loads(error.read() or b"{}")
+        except ValueError:
+            return error.code, {"error": {"message": f"server answered {error.code}", "type": "upstream_error"}}
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+        raise ServingUnavailable(f"the serving process at {url} did not answer: {error}") from None
+
+
+class ManagedServer:
+    """A `python -m trainer serve` child process that this web process starts and switches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[str] | None = None
+        self._token = secrets.token_urlsafe(32)
+        self.url = ""
+        self.base_model = ""
+        self.sha256 = ""
+
+    def ensure(self, target: Target) -> str:
+        """The URL of a server that serves `target`, starting or switching the process as needed."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None or self.base_model != target.base_model:
+                self._stop()
+                self._start(target)
+            elif self.sha256 != target.sha256:
+                self._switch(target)
+            return self.url
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _start(self, target: Target) -> None:
+        command = [*settings.SERVE_COMMAND, "--base-model", target.base_model, "--adapter", target.adapter,
+                   "--model-name", target.tag, "--host", "127.0.0.1", "--port", "0",
+                   "--device", settings.SERVE_DEVICE, "--max-new-tokens", str(settings.SERVE_MAX_NEW_TOKENS),
+                   "--exit-with-parent"]  # fmt: skip
+        env = {**os.environ, "FLYWHEEL_SERVE_ADMIN_TOKEN": self._token}
+        log = _log_file()
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
+                                   text=True, start_new_session=True)  # fmt: skip
+        log.close()
+        listening = _first_line(process, settings.SERVE_STARTUP_SECONDS)
+        if listening.get("event") != "listening":
+            process.kill()
+            process.wait()
+            raise ServingUnavailable(f"`python -m trainer serve` did not start for {target.tag}; see {log.name}")
+        self._process, self.base_model, self.sha256 = process, target.base_model, target.sha256
+        self.url = f"http://127.0.0.1:{listening['port']}"
+
+    def _switch(self, target: Target) -> None:
+        status, answer = http_json("POST", f"{self.url}/admin/adapter",
+                                   {"adapter": target.adapter, "name": target.tag, "sha256": target.sha256},
+                                   token=self._token, timeout=settings.SERVE_STARTUP_SECONDS)  # fmt: skip
+        if status != 200:
+            raise ServingUnavailable(f"the serving process refused {target.tag}: {_message(answer)}")
+        self.sha256 = target.sha256
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.url, self.base_model, self.sha256 = "", "", ""
+
+
+def _log_file() -> IO[str]:
+    folder = Path(settings.VAR_DIR) / "serve"
+    folder.mkdir(parents=True, exist_ok=True)
+    return (folder / f"serve-{os.getpid()}.log").open("a")
+
+
+def _first_line(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    """The child's first stdout line as JSON (its `listening` line), or {} after `timeout`."""
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    stdout = process.stdout
+
+    def read() -> None:
+        lines.put(stdout.readline())
+        # Keep draining: a child blocked on a full stdout pipe would stop answering.
+        for _ in stdout:
+            pass
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        line = lines.get(timeout=timeout)
+        return dict(json.loads(line)) if line.strip() else {}
+    except (queue.Empty, ValueError):
+        return {}
+
+
+def _message(answer: dict[str, Any]) -> str:
+    error = answer.get("error")
+    return str(error.get("message") if isinstance(error, dict) else error)
+
+
+MANAGED = ManagedServer()
+atexit.register(MANAGED.stop)
+
+
+def external_url(target: Target) -> str:
+    """SERVE_URL, after switching it to the target where it is a trainer server with an admin token."""
+    url = settings.SERVE_URL
+    if settings.SERVE_ADMIN_TOKEN:
+        _, health = http_json("GET", f"{url}/health")
+        if health.get("adapter_sha256") != target.sha256:
+            status, answer = http_json("POST", f"{url}/admin/adapter",
+                                       {"adapter": target.adapter, "name": target.tag, "sha256": target.sha256},
+                                       token=settings.SERVE_ADMIN_TOKEN, timeout=settings.SERVE_STARTUP_SECONDS)
+            if status != 200:
+                raise ServingUnavailable(f"the server at {url} refused {target.tag}: {_message(answer)}")
+    return url
+
+
+def chat_forward(*, version: ModelVersion, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Send the chat request to a server for `version`; its status and answer, the version tag as `model`."""
+    target = target_for(version)
+    if settings.SERVE_URL:
+        url = external_url(target)
+        # vLLM picks the adapter by model name; a trainer server has one model and ignores it.
+        upstream = {**body, "model": target.lora_module}
+    else:
+        url = MANAGED.ensure(target)
+        upstream = {**body, "model": target.tag}
+    started = time.monotonic()
+    status, answer = http_json("POST", f"{url}/v1/chat/completions", upstream, timeout=settings.SERVE_REQUEST_SECONDS)
+    served = (answer.get("flywheel") or {}).get("adapter_sha256", target.sha256) if status == 200 else None
+    if status == 200 and served != target.sha256:
+        # Another request switched the server between our check and our call: never mislabel an answer.
+        return 503, {"error": {"message": "the live version changed during the request; send it again",
+                               "type": "live_version_changed"}}
+    if status == 200:
+        # The tag is what the agent should report with its trajectories, so they link to this version.
+        answer["model"] = target.tag
+        answer["flywheel"] = {**(answer.get("flywheel") or {}), "version": target.tag, "adapter_sha256": target.sha256,
+                              "forward_s": round(time.monotonic() - started, 3)}  # fmt: skip
+    return status, answer

@@ -1,0 +1,103 @@
+"""The registry's adapter storage: copy an adapter in once, read-only, and verify it on every load.
+
+A version's folder (`<agent>/v<number>-<sha prefix>` under the registry root) holds the PEFT
+files and the manifest. The hashes recorded in the database, not the manifest beside the files,
+are the reference: a tampered weights file with a rewritten manifest is still refused.
+Zipping for download is here too. Database rows are the services' business.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from django.conf import settings
+
+from trainer.adapters import CONFIG_FILE, MANIFEST_FILE, WEIGHTS_FILE, AdapterManifest, file_sha256, verify_adapter
+
+ADAPTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, MANIFEST_FILE)
+READ_ONLY_FILE = 0o444
+READ_ONLY_DIR = 0o555
+
+
+class AdapterTampered(Exception):
+    """A registered adapter's files no longer match the hashes recorded when it was registered."""
+
+
+@dataclass(frozen=True)
+class StoredAdapter:
+    """Where an adapter lies in the registry and the hashes it was registered with."""
+
+    relative_path: str
+    sha256: str
+    config_sha256: str
+    manifest: AdapterManifest
+
+
+def registry_root() -> Path:
+    # Read at call time, so that a test's MEDIA_ROOT override moves the registry with it.
+    return Path(settings.REGISTRY_DIR or Path(settings.MEDIA_ROOT) / "registry")
+
+
+def adapter_copy(*, source: str | Path, agent_name: str, number: int) -> StoredAdapter:
+    """Verify the adapter at `source` and copy it, read-only, into the registry."""
+    manifest = verify_adapter(source)
+    relative = f"{agent_name}/v{number}-{manifest.sha256[:12]}"
+    target = registry_root() / relative
+    if target.exists() and not _matches(target, manifest):
+        # No row can name this folder (numbers are never reused): it is left from a registration
+        # whose transaction rolled back. Set aside, not deleted, in case someone wants to look.
+        target.rename(target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.orphan"))
+    if not target.exists():
+        _copy_read_only(Path(source), target)
+    stored = StoredAdapter(relative, manifest.sha256, manifest.config_sha256, manifest)
+    verify_files(target, sha256=stored.sha256, config_sha256=stored.config_sha256)
+    return stored
+
+
+def _matches(folder: Path, manifest: AdapterManifest) -> bool:
+    try:
+        verify_files(folder, sha256=manifest.sha256, config_sha256=manifest.config_sha256)
+    except AdapterTampered:
+        return False
+    return True
+
+
+def _copy_read_only(source: Path, target: Path) -> None:
+    # Copied beside the target and renamed into place: a crash never leaves a half-copied version.
+    partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
+    partial.mkdir(parents=True)
+    for name in ADAPTER_FILES:
+        shutil.copyfile(source / name, partial / name)
+        (partial / name).chmod(READ_ONLY_FILE)
+    partial.chmod(READ_ONLY_DIR)
+    partial.rename(target)
+
+
+def verify_files(folder: Path, *, sha256: str, config_sha256: str) -> Path:
+    """`folder`, after checking its weights and config against the recorded hashes."""
+    for name, expected in ((WEIGHTS_FILE, sha256), (CONFIG_FILE, config_sha256)):
+        path = folder / name
+        if not path.is_file():
+            raise AdapterTampered(f"{folder}: {name} is missing")
+        actual = file_sha256(path)
+        if actual != expected:
+            raise AdapterTampered(
+                f"{folder}: {name} has sha256 {actual[:16]}…, registered as {expected[:16]}…; refusing to load it"
+            )
+    return folder
+
+
+def zip_adapter(folder: Path, name: str) -> IO[bytes]:
+    """The adapter's files in a zip (spooled to disk past 16 MiB), rewound for reading."""
+    spool = tempfile.SpooledTemporaryFile(max_size=16 << 20)  # noqa: SIM115 - the response closes it
+    with zipfile.ZipFile(spool, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for file_name in ADAPTER_FILES:
+            archive.write(folder / file_name, arcname=f"{name}/{file_name}")
+    spool.seek(0)
+    return spool  # type: ignore[return-value]

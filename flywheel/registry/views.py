@@ -1,0 +1,247 @@
+"""Pages and APIs of the registry: versions, gates, promote and roll back, the live API, chat completions.
+
+Views parse, call one service or selector, and render. Every change goes through `services`;
+the forms carry the live version the page showed, so a stale page is refused, not applied.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.forms import Form
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.models import Agent, AuditEvent
+from flywheel.core.roles import Perm
+from flywheel.dashboards.charts import figure_html
+from flywheel.registry import charts, selectors, services, serving, storage
+from flywheel.registry.forms import (
+    GateLaunchForm,
+    GatePolicyForm,
+    PromoteForm,
+    RollbackForm,
+    expected_live_value,
+    expected_live_version,
+)
+from flywheel.registry.models import ModelVersion
+
+
+def _form_errors(form: Form) -> str:
+    return "; ".join(f"{name}: {' '.join(str(error) for error in errors)}" for name, errors in form.errors.items())
+
+
+def _agent(name: str) -> Agent:
+    return get_object_or_404(Agent, name=name)
+
+
+def _version(agent_name: str, number: int) -> ModelVersion:
+    version = selectors.version_get(agent_name=agent_name, number=number)
+    if version is None:
+        raise Http404(f"no version {agent_name}:v{number}")
+    return version
+
+
+@permission_required(Perm.VIEW)
+def version_list(request: AuthedRequest) -> HttpResponse:
+    return render(request, "registry/version_list.html", {"agents": selectors.agent_list_with_versions()})
+
+
+@permission_required(Perm.VIEW)
+def agent_versions(request: AuthedRequest, agent_name: str) -> HttpResponse:
+    agent = _agent(agent_name)
+    live = selectors.live_version(agent=agent)
+    failures = selectors.failures_by_version(agent=agent)
+    context: dict[str, Any] = {
+        "agent": agent, "live": live, "versions": selectors.version_list(agent=agent),
+        "history": selectors.deployment_history(agent=agent), "policy": selectors.gate_policy(agent=agent),
+        "failures": failures, "failures_chart": figure_html(charts.failures_figure(failures)) if failures else None,
+        "audit": _audit(request, agent),
+    }  # fmt: skip
+    if live is not None and request.user.has_perm(Perm.APPROVE_VERSIONS):
+        earlier = selectors.earlier_versions(agent=agent, current=live)
+        previous = selectors.previous_version(agent=agent, current=live)
+        context["rollback_form"] = RollbackForm(choices=earlier, initial={
+            "to_version": previous, "expected_live": expected_live_value(live)}) if earlier.exists() else None
+    if request.user.has_perm(Perm.MANAGE):
+        context["policy_form"] = GatePolicyForm.for_policy(context["policy"])
+    return render(request, "registry/agent_versions.html", context)
+
+
+def _audit(request: AuthedRequest, agent: Agent) -> list[AuditEvent] | None:
+    if not request.user.has_perm(Perm.VIEW_AUDIT):
+        return None
+    return list(selectors.audit_trail(agent=agent)[:100])
+
+
+@permission_required(Perm.VIEW)
+def version_detail(request: AuthedRequest, agent_name: str, number: int) -> HttpResponse:
+    version = _version(agent_name, number)
+    live = selectors.live_version(agent=version.agent)
+    gate = selectors.gate_for_promotion(version=version, baseline=live)
+    context = {
+        "version": version, "live": live, "lineage": selectors.lineage(version=version),
+        "gates": selectors.gate_results(version=version), "promotion_gate": gate,
+        "vllm_command": selectors.vllm_command(version=version),
+        "location": selectors.adapter_location(version=version),
+        "promote_form": PromoteForm(initial={"expected_live": expected_live_value(live)}),
+        "gate_form": GateLaunchForm(initial={"heldout_snapshot": _heldout_of(version)}),
+    }  # fmt: skip
+    return render(request, "registry/version_detail.html", context)
+
+
+def _heldout_of(version: ModelVersion) -> Any:
+    job = version.training_job
+    return job.heldout_snapshot_id if job is not None else None
+
+
+@permission_required(Perm.VIEW)
+def version_download(request: AuthedRequest, agent_name: str, number: int) -> FileResponse:
+    version = _version(agent_name, number)
+    try:
+        folder = selectors.adapter_folder(version=version)
+    except storage.AdapterTampered as error:
+        raise Http404(f"the adapter failed verification: {error}") from None
+    name = version.serve_name
+    return FileResponse(storage.zip_adapter(folder, name), as_attachment=True, filename=f"{name}.zip",
+                        content_type="application/zip")  # fmt: skip
+
+
+@permission_required(Perm.APPROVE_VERSIONS)
+@require_POST
+def version_promote(request: AuthedRequest, agent_name: str, number: int) -> HttpResponse:
+    version = _version(agent_name, number)
+    form = PromoteForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "The promote form was incomplete.")
+        return redirect("registry:version_detail", agent_name=agent_name, number=number)
+    try:
+        deployment = services.version_promote(
+            actor=request.user, version=version, reason=form.cleaned_data["reason"],
+            expected_live=expected_live_version(form.cleaned_data["expected_live"]),
+        )  # fmt: skip
+    except services.RegistryRefused as error:
+        messages.error(request, str(error))
+        return redirect("registry:version_detail", agent_name=agent_name, number=number)
+    messages.success(request, f"{version.tag} is live." if deployment else f"{version.tag} was live already.")
+    return redirect("registry:agent_versions", agent_name=agent_name)
+
+
+@permission_required(Perm.APPROVE_VERSIONS)
+@require_POST
+def agent_rollback(request: AuthedRequest, agent_name: str) -> HttpResponse:
+    agent = _agent(agent_name)
+    form = RollbackForm(request.POST, choices=ModelVersion.objects.filter(agent=agent))
+    if not form.is_valid():
+        messages.error(request, "A rollback needs the version to return to and a written reason.")
+        return redirect("registry:agent_versions", agent_name=agent_name)
+    try:
+        deployment = services.version_rollback(
+            actor=request.user, agent=agent, reason=form.cleaned_data["reason"],
+            to_version=form.cleaned_data["to_version"],
+            expected_live=expected_live_version(form.cleaned_data["expected_live"]),
+        )  # fmt: skip
+    except services.RegistryRefused as error:
+        messages.error(request, str(error))
+    else:
+        target = form.cleaned_data["to_version"]
+        messages.success(request, f"Rolled back to {target.tag}." if deployment else f"{target.tag} was live already.")
+    return redirect("registry:agent_versions", agent_name=agent_name)
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+@require_POST
+def gate_launch(request: AuthedRequest, agent_name: str, number: int) -> HttpResponse:
+    version = _version(agent_name, number)
+    form = GateLaunchForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_errors(form))
+        return redirect("registry:version_detail", agent_name=agent_name, number=number)
+    try:
+        gate = services.gate_launch(
+            actor=request.user, candidate=version, heldout_snapshot=form.cleaned_data["heldout_snapshot"],
+            regression_snapshot=form.cleaned_data["regression_snapshot"], options=form.cleaned_data["options"],
+        )  # fmt: skip
+    except services.RegistryRefused as error:
+        messages.error(request, str(error))
+        return redirect("registry:version_detail", agent_name=agent_name, number=number)
+    return redirect("training:job_detail", job_id=gate.job_id)
+
+
+@permission_required(Perm.MANAGE)
+@require_POST
+def gate_policy_update(request: AuthedRequest, agent_name: str) -> HttpResponse:
+    agent = _agent(agent_name)
+    form = GatePolicyForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _form_errors(form))
+        return redirect("registry:agent_versions", agent_name=agent_name)
+    try:
+        services.gate_policy_set(actor=request.user, agent=agent, policy=form.cleaned_data)
+    except services.RegistryRefused as error:
+        messages.error(request, str(error))
+    else:
+        messages.success(request, "Gate policy saved; it applies to the next gate.")
+    return redirect("registry:agent_versions", agent_name=agent_name)
+
+
+@permission_required(Perm.VIEW)
+def gate_detail(request: AuthedRequest, gate_id: UUID) -> HttpResponse:
+    gate = selectors.gate_result_get(gate_id=gate_id)
+    if gate is None:
+        raise Http404("no such gate")
+    comparison = selectors.comparison(gate=gate)
+    context = {
+        "gate": gate, "comparison": comparison,
+        "rates_chart": figure_html(charts.rates_figure(comparison.overall)),
+        "bucket_chart": figure_html(charts.bucket_figure(comparison.by_bucket)) if comparison.by_bucket else None,
+        "reward_chart": figure_html(charts.reward_figure(comparison.reward_curves)) if comparison.reward_curves
+        else None,
+    }  # fmt: skip
+    return render(request, "registry/gate_detail.html", context)
+
+
+# --- APIs -----------------------------------------------------------------------------------
+
+
+@permission_required(Perm.VIEW, api=True)
+def api_live(request: AuthedRequest, agent_name: str) -> JsonResponse:
+    """`GET /api/v1/agents/<agent>/live`: the live version, its base model, adapter location and sha256."""
+    pointer = selectors.live_pointer_for(agent_name=agent_name)
+    if pointer is None:
+        return JsonResponse({"error": f"agent {agent_name!r} has no live version"}, status=404)
+    return JsonResponse(selectors.live_info(pointer=pointer))
+
+
+def _openai_error(status: int, message: str, kind: str = "invalid_request_error") -> JsonResponse:
+    return JsonResponse({"error": {"message": message, "type": kind, "param": None, "code": None}}, status=status)
+
+
+@permission_required(Perm.VIEW, api=True)
+@require_POST
+def chat_completions(request: AuthedRequest) -> JsonResponse:
+    """`POST /v1/chat/completions`: OpenAI's chat API; `model` names the agent, the live version answers."""
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        return _openai_error(400, "the body is not valid JSON")
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return _openai_error(400, "'model' must name the agent (or its live version tag, e.g. support-bot:v3)")
+    agent_name, _, pinned = body["model"].partition(":")
+    pointer = selectors.live_pointer_for(agent_name=agent_name)
+    if pointer is None:
+        return _openai_error(404, f"agent {agent_name!r} has no live version", "model_not_found")
+    if pinned and body["model"] != pointer.version.tag:
+        return _openai_error(409, f"only the live version {pointer.version.tag} is served", "model_not_live")
+    try:
+        status, answer = serving.chat_forward(version=pointer.version, body=body)
+    except storage.AdapterTampered as error:
+        return _openai_error(503, f"the live adapter failed verification: {error}", "adapter_invalid")
+    except serving.ServingUnavailable as error:
+        return _openai_error(503, str(error), "serving_unavailable")
+    return JsonResponse(answer, status=status)

@@ -1,0 +1,141 @@
+"""Reward profiling: a run scores sampled outputs of a snapshot's tasks; people mark each score.
+
+A ProfileRun is one scoring of a set of outputs: a snapshot, a verifier, a safety policy and
+optionally an environment. A root run samples its outputs (from an uploaded outputs file or
+from ingested trajectories); a re-verify run has a `parent` and copies the parent's outputs
+verbatim (same text, same hash, `origin` pointing at the first row), so two runs of one root
+always score exactly the same outputs. Marks say whether a person agrees with a score.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from django.db import models
+
+from flywheel.core.models import UUIDModel
+from flywheel.datasets.models import RegressionTask, SnapshotItem, TaskSetSnapshot
+
+
+class OutputSource(models.TextChoices):
+    UPLOAD = "upload", "An uploaded outputs file"
+    TRAJECTORIES = "trajectories", "Assistant steps of ingested trajectories"
+    EVALUATION = "evaluation", "A model's answers from a finished evaluation job"
+
+
+class ProfileRun(UUIDModel):
+    """One scoring of sampled outputs; its settings are frozen when it is created."""
+
+    snapshot = models.ForeignKey(TaskSetSnapshot, on_delete=models.PROTECT, related_name="profile_runs")
+    verifier = models.CharField(max_length=50, help_text="A trainer.verifiers name (tool_call, binary, bfcl, shaped).")
+    policy = models.JSONField(help_text="The trainer SafetyPolicy JSON the run scored under.")
+    environment = models.CharField(
+        max_length=32, blank=True, help_text="A trainer.environments name; blank scores with the verifier alone."
+    )
+    source_kind = models.CharField(max_length=16, choices=OutputSource.choices)
+    source_name = models.CharField(max_length=255, blank=True, help_text="The uploaded file's name.")
+    # What reading the source found: lines read, outputs matching a task, unknown ids, first errors.
+    source_stats = models.JSONField(default=dict, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="reverifies",
+        help_text="The run whose outputs this one re-scores.",
+    )  # fmt: skip
+    root = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="descendants",
+        help_text="The run that sampled the outputs; null on that run itself.",
+    )  # fmt: skip
+    sample_size = models.PositiveIntegerField(help_text="How many outputs were asked for.")
+    seed = models.IntegerField(default=0)
+    note = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        scorer = f"{self.verifier}" + (f" in {self.environment}" if self.environment else "")
+        return f"{scorer} · {self.policy.get('name', 'custom')} · {str(self.id)[:8]}"
+
+    @property
+    def family_id(self) -> object:
+        """The id of the run that sampled the outputs (this run's own unless it is a re-verify)."""
+        return self.root_id or self.pk
+
+
+class ProfiledOutput(models.Model):
+    """One output and its score in one run. The output is never regenerated, only copied."""
+
+    run = models.ForeignKey(ProfileRun, on_delete=models.CASCADE, related_name="outputs")
+    position = models.PositiveIntegerField()
+    # The first row holding this output (in the root run); null on that row itself.
+    origin = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="copies")
+    item = models.ForeignKey(SnapshotItem, on_delete=models.PROTECT, related_name="+")
+    task = models.ForeignKey(RegressionTask, on_delete=models.PROTECT, related_name="+")
+    task_ref = models.CharField(max_length=255, help_text="The task's id as the outputs named it.")
+    source_ref = models.CharField(max_length=255, blank=True, help_text="File line, or trajectory and step.")
+    output = models.JSONField(help_text="What the model produced: text, or a message / list of calls.")
+    output_sha256 = models.CharField(max_length=64)
+    reward = models.FloatField()
+    passed = models.BooleanField()
+    components = models.JSONField(default=dict)
+    verdict = models.JSONField(help_text="The verifier's verdict line (or the environment's judgement).")
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "position"], name="profiled_output_position")]
+        indexes = [models.Index(fields=["run", "reward"], name="profiled_output_reward")]
+
+    def __str__(self) -> str:
+        return f"{self.task_ref} #{self.position}"
+
+    @property
+    def output_text(self) -> str:
+        """The output as a person reads it: text as it came, structured output as indented JSON."""
+        if isinstance(self.output, str):
+            return self.output
+        return json.dumps(self.output, indent=2, ensure_ascii=False)
+
+    @property
+    def expected_text(self) -> str:
+        """The task's expected calls (or that no call is expected), to judge the score against."""
+        content = self.item.content
+        if content.get("no_call_expected"):
+            return "no call expected"
+        return "\n".join(json.dumps(call, ensure_ascii=False) for call in content.get("expected_calls", []))
+
+    @property
+    def origin_key(self) -> int:
+        """The id shared by this output's row in every run of the same root."""
+        return self.origin_id or self.pk
+
+
+class MarkVerdict(models.TextChoices):
+    AGREE = "agree", "Agree"
+    DISAGREE = "disagree", "Disagree"
+
+
+class Mark(models.Model):
+    """A person's judgement of one score: agree or disagree, and why.
+
+    One mark per output and reviewer: a second reviewer adds their own mark rather than
+    overwriting the first, and two people disagreeing about a score is itself worth seeing;
+    a reviewer changing their mind updates theirs.
+    """
+
+    output = models.ForeignKey(ProfiledOutput, on_delete=models.CASCADE, related_name="marks")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    verdict = models.CharField(max_length=8, choices=MarkVerdict.choices)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["output", "created_at"]
+        constraints = [models.UniqueConstraint(fields=["output", "reviewer"], name="mark_one_per_reviewer")]
+
+    def __str__(self) -> str:
+        return f"{self.output_id}: {self.verdict}"

@@ -1,0 +1,230 @@
+"""Reads of the rewards app: runs, a run's reward histogram and components, agreement, comparisons.
+
+Agreement is counted over marks (one per output and reviewer): the share of marks that agree
+with the score. The outputs list puts disagreements first, then outputs nobody marked yet,
+then agreed ones, so a reviewer sees the doubtful scores first. A comparison pairs the rows of
+two runs of the same root by the output they share and shows what changed and why.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.models import User
+from django.db.models import Avg, Case, Count, IntegerField, Prefetch, Q, QuerySet, Value, When
+
+from flywheel.rewards.models import Mark, MarkVerdict, ProfiledOutput, ProfileRun
+from flywheel.triage.models import AgentPolicy
+from trainer.verifiers.base import UNPARSEABLE_REASON
+from trainer.verifiers.safety import SafetyPolicy
+
+UNCHANGED = 1e-9
+
+
+def run_list() -> QuerySet[ProfileRun]:
+    return ProfileRun.objects.select_related("snapshot", "created_by", "parent").annotate(
+        output_count=Count("outputs"), mean_reward=Avg("outputs__reward")
+    )
+
+
+def run_family(*, run: ProfileRun) -> QuerySet[ProfileRun]:
+    """Every run over the same sampled outputs: the root and its re-verifies, oldest first."""
+    root = run.family_id
+    return ProfileRun.objects.filter(Q(pk=root) | Q(root_id=root)).order_by("created_at")
+
+
+def default_policy(*, agent_id: UUID | None) -> dict[str, Any]:
+    """The agent's own safety policy where it has one, else trainer's default."""
+    record = AgentPolicy.objects.filter(agent_id=agent_id).first() if agent_id else None
+    return dict(record.policy) if record is not None else SafetyPolicy.default().to_json()
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    outputs: int
+    mean_reward: float | None
+    passed: int
+    unparseable: int
+    unsafe: int
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / self.outputs if self.outputs else None
+
+
+def run_summary(*, run: ProfileRun) -> RunSummary:
+    rows = list(run.outputs.values_list("reward", "passed", "verdict"))
+    return RunSummary(
+        outputs=len(rows),
+        mean_reward=sum(r for r, _, _ in rows) / len(rows) if rows else None,
+        passed=sum(1 for _, passed, _ in rows if passed),
+        unparseable=sum(1 for _, _, v in rows if str(v.get("reason", "")).startswith(UNPARSEABLE_REASON)),
+        unsafe=sum(1 for _, _, v in rows if v.get("violations")),
+    )
+
+
+def run_rewards(*, run: ProfileRun) -> list[float]:
+    return list(run.outputs.order_by("position").values_list("reward", flat=True))
+
+
+@dataclass(frozen=True)
+class ComponentStat:
+    name: str
+    mean: float
+    minimum: float
+    maximum: float
+    count: int
+
+
+def components_summary(*, run: ProfileRun) -> list[ComponentStat]:
+    """Per reward component: its mean, lowest and highest value over the outputs that report it."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for components in run.outputs.values_list("components", flat=True):
+        for name, value in components.items():
+            values[name].append(float(value))
+    return [
+        ComponentStat(name, sum(found) / len(found), min(found), max(found), len(found))
+        for name, found in values.items()
+    ]
+
+
+@dataclass(frozen=True)
+class Agreement:
+    outputs: int
+    marked_outputs: int
+    agree: int
+    disagree: int
+
+    @property
+    def marks(self) -> int:
+        return self.agree + self.disagree
+
+    @property
+    def rate(self) -> float | None:
+        """The share of marks that agree with the score; None before the first mark."""
+        return self.agree / self.marks if self.marks else None
+
+
+def agreement(*, run: ProfileRun) -> Agreement:
+    marks = Mark.objects.filter(output__run=run)
+    counts = dict(marks.values_list("verdict").annotate(n=Count("id")).order_by())
+    return Agreement(
+        outputs=run.outputs.count(),
+        marked_outputs=marks.values("output").distinct().count(),
+        agree=counts.get(MarkVerdict.AGREE, 0),
+        disagree=counts.get(MarkVerdict.DISAGREE, 0),
+    )
+
+
+def _with_marks(outputs: QuerySet[ProfiledOutput]) -> QuerySet[ProfiledOutput]:
+    return outputs.annotate(
+        disagree_count=Count("marks", filter=Q(marks__verdict=MarkVerdict.DISAGREE)),
+        agree_count=Count("marks", filter=Q(marks__verdict=MarkVerdict.AGREE)),
+    ).prefetch_related(Prefetch("marks", queryset=Mark.objects.select_related("reviewer").order_by("created_at")))
+
+
+@dataclass(frozen=True)
+class OutputRow:
+    """An output with its marks counted, and the viewing user's own mark on it (None if none)."""
+
+    output: ProfiledOutput
+    mine: Mark | None
+
+
+def _row(output: ProfiledOutput, user: User) -> OutputRow:
+    mine = next((mark for mark in output.marks.all() if mark.reviewer_id == user.pk), None)
+    return OutputRow(output, mine)
+
+
+def output_rows(*, run: ProfileRun, user: User) -> list[OutputRow]:
+    """The run's outputs: disagreed first, then unmarked, then agreed; in sample order within each."""
+    rank = Case(
+        When(disagree_count__gt=0, then=Value(0)),
+        When(agree_count__gt=0, then=Value(2)),
+        default=Value(1),
+        output_field=IntegerField(),
+    )
+    outputs = _with_marks(run.outputs.select_related("task", "item")).annotate(rank=rank).order_by("rank", "position")
+    return [_row(output, user) for output in outputs]
+
+
+def output_row(*, output_id: int, user: User) -> OutputRow:
+    """One output as `output_rows` gives it, after a mark changed."""
+    return _row(_with_marks(ProfiledOutput.objects.select_related("task", "item", "run")).get(pk=output_id), user)
+
+
+# --- comparison ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComparedOutput:
+    base: ProfiledOutput
+    other: ProfiledOutput
+    base_marks: list[Mark]
+
+    @property
+    def delta(self) -> float:
+        return self.other.reward - self.base.reward
+
+    @property
+    def changed(self) -> bool:
+        return abs(self.delta) > UNCHANGED or self.base.passed != self.other.passed
+
+    @property
+    def violations_added(self) -> list[str]:
+        return sorted(set(self.other.verdict.get("violations", [])) - set(self.base.verdict.get("violations", [])))
+
+    @property
+    def violations_removed(self) -> list[str]:
+        return sorted(set(self.base.verdict.get("violations", [])) - set(self.other.verdict.get("violations", [])))
+
+    @property
+    def component_changes(self) -> list[tuple[str, float, float]]:
+        names = list(dict.fromkeys([*self.base.components, *self.other.components]))
+        pairs = [(name, self.base.components.get(name, 0.0), self.other.components.get(name, 0.0)) for name in names]
+        return [(name, old, new) for name, old, new in pairs if abs(new - old) > UNCHANGED]
+
+
+@dataclass
+class Comparison:
+    base: ProfileRun
+    other: ProfileRun
+    rows: list[ComparedOutput] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[ComparedOutput]:
+        return [row for row in self.rows if row.changed]
+
+    @property
+    def raised(self) -> int:
+        return sum(1 for row in self.rows if row.delta > UNCHANGED)
+
+    @property
+    def lowered(self) -> int:
+        return sum(1 for row in self.rows if row.delta < -UNCHANGED)
+
+    @property
+    def same_outputs(self) -> bool:
+        """Both runs hold byte-identical outputs, row for row (the re-verify guarantee)."""
+        return all(row.base.output_sha256 == row.other.output_sha256 for row in self.rows)
+
+
+class NotComparable(ValueError):
+    """The two runs do not score the same sampled outputs."""
+
+
+def run_comparison(*, base: ProfileRun, other: ProfileRun) -> Comparison:
+    """Pair the outputs of two runs of one root; changed scores first, biggest change first."""
+    if base.family_id != other.family_id:
+        raise NotComparable("these runs score different outputs: compare runs re-verified from the same one")
+    base_rows = {row.origin_key: row for row in _with_marks(base.outputs.select_related("task"))}
+    comparison = Comparison(base=base, other=other)
+    for row in other.outputs.select_related("task").order_by("position"):
+        match = base_rows.get(row.origin_key)
+        if match is not None:
+            comparison.rows.append(ComparedOutput(match, row, list(match.marks.all())))
+    comparison.rows.sort(key=lambda pair: (not pair.changed, -abs(pair.delta), pair.other.position))
+    return comparison

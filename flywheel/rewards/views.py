@@ -1,0 +1,160 @@
+"""Pages of the rewards app: runs, a new run, a run's profile with marks, re-verify, comparison.
+
+Viewing needs Perm.VIEW. Creating and re-verifying runs and marking scores need
+Perm.LAUNCH_JOBS: profiling a reward is the trainer's check before a training job, and the
+permission matrix gives each endpoint one permission.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from uuid import UUID
+
+from django.core.files.uploadedfile import UploadedFile
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.roles import Perm
+from flywheel.dashboards.charts import figure_html
+from flywheel.datasets.models import TaskSetSnapshot
+from flywheel.rewards import charts, selectors, services
+from flywheel.rewards.forms import MarkForm, ProfileRunForm, ScoringForm
+from flywheel.rewards.models import OutputSource, ProfiledOutput, ProfileRun
+
+RUNS_SHOWN = 200
+
+
+def _lines(upload: UploadedFile | None) -> Iterator[str]:
+    if upload is None:
+        return iter(())
+    upload.seek(0)
+    return io.TextIOWrapper(upload, encoding="utf-8", errors="replace")  # type: ignore[arg-type]
+
+
+@permission_required(Perm.VIEW)
+def run_list(request: AuthedRequest) -> HttpResponse:
+    return render(request, "rewards/run_list.html", {"runs": selectors.run_list()[:RUNS_SHOWN]})
+
+
+def _new_initial(request: AuthedRequest) -> dict[str, object]:
+    snapshot_id = _uuid_or_none(request.GET.get("snapshot", ""))
+    snapshot = TaskSetSnapshot.objects.filter(pk=snapshot_id).first() if snapshot_id else None
+    policy = selectors.default_policy(agent_id=snapshot.agent_id if snapshot else None)
+    return {"snapshot": snapshot, "policy": _pretty(policy)}
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+def run_new(request: AuthedRequest) -> HttpResponse:
+    form = ProfileRunForm(request.POST or None, request.FILES or None, initial=_new_initial(request))
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        upload = data["outputs"] if data["source_kind"] == OutputSource.UPLOAD else None
+        try:
+            run = services.profile_create(
+                actor=request.user, snapshot=data["snapshot"], scoring=form.scoring(),
+                source_kind=data["source_kind"], sample_size=data["sample_size"], seed=data["seed"],
+                lines=_lines(upload), evaluation=data["evaluation"], source_name=upload.name if upload else "",
+                note=data["note"],
+            )  # fmt: skip
+        except services.ProfileRefused as error:
+            form.add_error(None, str(error))
+        else:
+            return redirect("rewards:run_detail", run_id=run.id)
+    return render(request, "rewards/run_new.html", {"form": form})
+
+
+def _run(run_id: UUID) -> ProfileRun:
+    return get_object_or_404(ProfileRun.objects.select_related("snapshot", "parent", "created_by"), pk=run_id)
+
+
+@permission_required(Perm.VIEW)
+def run_detail(request: AuthedRequest, run_id: UUID) -> HttpResponse:
+    run = _run(run_id)
+    components = selectors.components_summary(run=run)
+    context = {
+        "run": run,
+        "summary": selectors.run_summary(run=run),
+        "agreement": selectors.agreement(run=run),
+        "rows": selectors.output_rows(run=run, user=request.user),
+        "family": selectors.run_family(run=run),
+        "histogram": figure_html(charts.reward_histogram(selectors.run_rewards(run=run))),
+        "components_chart": figure_html(charts.components_chart(components)),
+        "components": components,
+        "can_mark": request.user.has_perm(Perm.LAUNCH_JOBS),
+    }
+    return render(request, "rewards/run_detail.html", context)
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+@require_POST
+def output_mark(request: AuthedRequest, run_id: UUID, output_id: int) -> HttpResponse:
+    output = get_object_or_404(ProfiledOutput.objects.select_related("run"), pk=output_id, run_id=run_id)
+    form = MarkForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest("a mark is agree or disagree, with an optional note")
+    services.mark_set(
+        actor=request.user, output=output, verdict=form.cleaned_data["verdict"], note=form.cleaned_data["note"]
+    )
+    if not request.headers.get("HX-Request"):
+        return redirect(reverse("rewards:run_detail", args=[run_id]) + f"#output-{output_id}")
+    row = selectors.output_row(output_id=output_id, user=request.user)
+    context = {
+        "run": output.run, "output": row.output, "my_mark": row.mine, "can_mark": True, "oob": True,
+        "agreement": selectors.agreement(run=output.run),
+    }  # fmt: skip
+    return render(request, "rewards/_mark_response.html", context)
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+def run_reverify(request: AuthedRequest, run_id: UUID) -> HttpResponse:
+    run = _run(run_id)
+    initial = {"verifier": run.verifier, "environment": run.environment, "policy": _pretty(run.policy)}
+    form = ScoringForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            child = services.reverify(
+                actor=request.user, run=run, scoring=form.scoring(), note=form.cleaned_data["note"]
+            )
+        except services.ProfileRefused as error:
+            form.add_error(None, str(error))
+        else:
+            return redirect("rewards:run_compare", run_id=child.id)
+    return render(request, "rewards/run_reverify.html", {"run": run, "form": form})
+
+
+@permission_required(Perm.VIEW)
+def run_compare(request: AuthedRequest, run_id: UUID) -> HttpResponse:
+    other = _run(run_id)
+    base_id = _uuid_or_none(request.GET["base"]) if request.GET.get("base") else other.parent_id
+    base = ProfileRun.objects.filter(pk=base_id).select_related("snapshot").first() if base_id else None
+    if base is None:
+        raise Http404("no run to compare with: this run has no parent and ?base= names no run")
+    try:
+        comparison = selectors.run_comparison(base=base, other=other)
+    except selectors.NotComparable as error:
+        return HttpResponseBadRequest(str(error))
+    figure = charts.comparison_histogram(
+        [row.base.reward for row in comparison.rows], [row.other.reward for row in comparison.rows],
+        (f"before: {base}", f"after: {other}"),
+    )  # fmt: skip
+    context = {
+        "comparison": comparison, "family": selectors.run_family(run=other), "chart": figure_html(figure),
+        "before": selectors.run_summary(run=base), "after": selectors.run_summary(run=other),
+    }  # fmt: skip
+    return render(request, "rewards/run_compare.html", context)
+
+
+def _pretty(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _uuid_or_none(text: str) -> UUID | None:
+    try:
+        return UUID(text)
+    except ValueError:
+        return None

@@ -1,0 +1,125 @@
+"""Registry fixtures: an agent, tiny LoRA adapters, registered versions, finished jobs, snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from flywheel.core.services import agent_create
+from flywheel.datasets.importers import read
+from flywheel.datasets.services import snapshot_create, tasks_import
+from flywheel.registry import services
+from flywheel.registry.models import ModelVersion
+from flywheel.training import services as training_services
+from flywheel.training.models import Job, JobKind, JobState
+from tests.conftest import REPO_ROOT
+
+TINY_MODEL = REPO_ROOT / "tests" / "fixtures" / "tiny-model"
+TINY_TASKS = REPO_ROOT / "trainer" / "examples" / "tiny_tasks.jsonl"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def make_adapter(folder: Path, seed: int) -> Path:
+    """A LoRA adapter on the tiny model with large, seeded weights: each seed answers differently."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from trainer.adapters import save_adapter
+    from trainer.models import load_model
+
+    model = get_peft_model(load_model(str(TINY_MODEL), device="cpu").model,
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))  # fmt: skip
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    save_adapter(model, folder, base_model=str(TINY_MODEL), snapshot_sha256="tiny")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def adapters(tmp_path_factory) -> list[Path]:
+    """Three tiny adapters, made once per session (a few seconds each)."""
+    root = tmp_path_factory.mktemp("adapters")
+    return [make_adapter(root / f"adapter-{seed}", seed) for seed in (1, 2, 3)]
+
+
+@pytest.fixture(autouse=True)
+def registry_dir(settings, tmp_path) -> Path:
+    """Each test its own registry storage (the database rolls back; files would not)."""
+    settings.REGISTRY_DIR = str(tmp_path / "registry")
+    return tmp_path / "registry"
+
+
+@pytest.fixture
+def agent(db):
+    return agent_create(actor=None, name="support-bot", description="the test agent")
+
+
+@pytest.fixture
+def register(agent, adapters) -> Callable[..., ModelVersion]:
+    def make(index: int = 0, **fields) -> ModelVersion:
+        return services.version_register(actor=None, agent=fields.pop("agent", agent), adapter_dir=adapters[index],
+                                         base_model=str(TINY_MODEL), **fields)  # fmt: skip
+
+    return make
+
+
+@pytest.fixture
+def heldout_snapshot(agent):
+    tasks_import(actor=None, candidates=read(TINY_TASKS, "native"), split="heldout", agent=agent, source_ref="tiny")
+    return snapshot_create(actor=None, name="tiny held-out", split="heldout", agent=agent)
+
+
+def finish_job(*, kind: str, snapshot, agent=None, result: dict | None = None, adapter: str = "",
+               exit_code: int = 0, **fields) -> Job:  # fmt: skip
+    """A job that ran (state running, its done event stored) and is closed by the training app's job_finish."""
+    job = Job.objects.create(kind=kind, state=JobState.RUNNING, snapshot=snapshot, agent=agent,
+                             base_model=str(TINY_MODEL), adapter=adapter, attempts=1,
+                             result=result if result is not None else {}, **fields)  # fmt: skip
+    return training_services.job_finish(job=job, exit_code=exit_code, stderr_tail="", cancelled=False)
+
+
+def done(files: dict[str, str], metrics: dict | None = None) -> dict:
+    return {"event": "done", "metrics": metrics or {}, "results": None, "files": files}
+
+
+@pytest.fixture
+def gate_runnable(monkeypatch):
+    """Make `gate` launchable while the training app does not list it yet (a no-op once it does).
+
+    The training app validates each kind's hyperparameters with trainer's config; for gate that is
+    `trainer.gate.Config`, which this stand-in applies too.
+    """
+    if JobKind.GATE in training_services.RUNNABLE_KINDS:
+        return
+    from trainer.gate import Config
+    from trainer.jobs import SpecError, config_from_json
+
+    original = training_services._check_hyperparameters
+
+    def check(kind, hyperparameters):
+        if kind != JobKind.GATE:
+            return original(kind, hyperparameters)
+        try:
+            config_from_json(Config, {k: v for k, v in hyperparameters.items() if k != "seed"}, "gate hyperparameters")
+        except SpecError as error:
+            raise training_services.LaunchRefused(str(error)) from None
+
+    monkeypatch.setattr(training_services, "RUNNABLE_KINDS", (*training_services.RUNNABLE_KINDS, JobKind.GATE))
+    monkeypatch.setattr(training_services, "_check_hyperparameters", check)
+
+
+def write_gate_file(folder: Path, decision: dict, report: dict | None = None) -> dict[str, str]:
+    """A gate job's gate.json, as trainer.gate writes it; the files of its done event."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "gate.json"
+    path.write_text(json.dumps({"decision": decision, **(report or {})}))
+    return {"gate": str(path), "candidate_results": str(folder / "candidate.jsonl"),
+            "baseline_results": str(folder / "baseline.jsonl")}

@@ -1,0 +1,88 @@
+"""`POST /v1/chat/completions` through the real `openai` client: the live adapter answers, on the tiny model.
+
+The app starts its own `python -m trainer serve` for the live version and switches it when the
+live version changes; the agent tags its trajectories with the `model` the answer names.
+"""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from django.urls import reverse
+
+from flywheel.core.roles import Role
+from flywheel.core.services import api_token_create
+from flywheel.ingest.models import Trajectory
+from flywheel.registry import selectors, services, serving
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+QUESTION = [{"role": "user", "content": "Say hello to the customer."}]
+
+
+@pytest.fixture
+def managed_server(settings):
+    settings.SERVE_URL = ""
+    settings.SERVE_DEVICE = "cpu"
+    settings.SERVE_MAX_NEW_TOKENS = 8
+    yield serving.MANAGED
+    serving.MANAGED.stop()
+
+
+def ask(chat: openai.OpenAI):
+    return chat.chat.completions.create(model="support-bot", messages=QUESTION, max_tokens=8)
+
+
+def test_the_chat_endpoint_answers_from_the_live_adapter_and_follows_promote_and_rollback(
+    client, live_server, managed_server, make_user, register
+):
+    first, second = register(0), register(1)
+    approver = make_user(Role.APPROVER)
+    services.version_promote(actor=approver, version=first, reason="first ship, no gate")
+    token = api_token_create(user=make_user(Role.REVIEWER), name="support-bot")[1]
+    chat = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=120)
+
+    from_first = ask(chat)
+    assert from_first.model == "support-bot:v1"
+    assert from_first.model_extra["flywheel"]["adapter_sha256"] == first.adapter_sha256
+    assert from_first.system_fingerprint == f"adapter-{first.adapter_sha256[:16]}"
+    assert from_first.choices[0].message.content
+
+    services.version_promote(actor=approver, version=second, reason="second")
+    from_second = ask(chat)
+    assert from_second.model == "support-bot:v2"
+    assert from_second.model_extra["flywheel"]["adapter_sha256"] == second.adapter_sha256
+    assert from_second.choices[0].message.content != from_first.choices[0].message.content
+
+    services.version_rollback(actor=approver, agent=first.agent, reason="v2 is worse")
+    after_rollback = ask(chat)
+    assert after_rollback.model == "support-bot:v1"
+    assert after_rollback.model_extra["flywheel"]["adapter_sha256"] == first.adapter_sha256
+    assert after_rollback.choices[0].message.content == from_first.choices[0].message.content  # same adapter, greedy
+
+    # The agent reports the trajectory with the version it was answered by: the flywheel closes.
+    record = {"id": "conversation-1", "model_version": after_rollback.model, "outcome": "failure",
+              "steps": [{"kind": "user", "text": QUESTION[0]["content"]},
+                        {"kind": "assistant", "text": after_rollback.choices[0].message.content}]}  # fmt: skip
+    response = client.post(f"{reverse('ingest:api_trajectories')}?agent=support-bot", json.dumps([record]),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
+    assert response.json()["results"][0]["status"] == "stored"
+    trajectory = Trajectory.objects.get(external_id="conversation-1")
+    assert selectors.version_by_tag(tag=trajectory.model_version) == first
+    rows = selectors.failures_by_version(agent=first.agent)
+    assert [(row.version, row.total, row.failures) for row in rows] == [(first, 1, 1)]
+
+
+def test_the_chat_endpoint_needs_a_token_and_a_live_version(live_server, make_user, agent):
+    anonymous = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key="fwk_not-a-token", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        anonymous.chat.completions.create(model="support-bot", messages=QUESTION)
+    token = api_token_create(user=make_user(Role.VIEWER), name="x")[1]
+    chat = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0)
+    with pytest.raises(openai.NotFoundError, match="no live version"):
+        chat.chat.completions.create(model="support-bot", messages=QUESTION)
+    nobody = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=api_token_create(user=make_user(None),
+                                                                                       name="y")[1], max_retries=0)
+    with pytest.raises(openai.PermissionDeniedError):
+        nobody.chat.completions.create(model="support-bot", messages=QUESTION)
