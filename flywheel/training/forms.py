@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from django import forms
 
+from flywheel.core.forms import JSONObjectField
 from flywheel.core.models import Agent
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.training.models import Job, JobKind
@@ -66,21 +67,14 @@ class JobLaunchForm(forms.Form):
     agent = forms.ModelChoiceField(
         queryset=Agent.objects.all(), required=False, help_text="Empty: the snapshot's agent."
     )
-    hyperparameters = forms.CharField(widget=forms.Textarea(attrs={"rows": 14, "class": "code"}))
+    hyperparameters = JSONObjectField(
+        widget=forms.Textarea(attrs={"rows": 14, "class": "code"}), required=False, example='{"batch_size": 8}'
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         kind = self.initial.get("kind") or JobKind.EVAL
         self.fields["hyperparameters"].initial = defaults_json(kind)
-
-    def clean_hyperparameters(self) -> dict[str, Any]:
-        try:
-            value = json.loads(self.cleaned_data["hyperparameters"] or "{}")
-        except ValueError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise forms.ValidationError('a JSON object, such as {"batch_size": 8}')
-        return value
 
     def launch_arguments(self) -> dict[str, Any]:
         """The cleaned data as `job_launch`'s keyword arguments (without the actor)."""
