@@ -107,13 +107,23 @@ def stop_on_sigterm(flag: StopFlag) -> Iterator[StopFlag]:
         signal.signal(signal.SIGTERM, previous)
 
 
+PARENT_PID_ENV = "FLYWHEEL_PARENT_PID"
+
+
 def die_with_parent() -> None:
-    """Ask Linux to send SIGTERM when the parent (the worker) dies; a no-op elsewhere."""
+    """Ask Linux to send SIGTERM when the parent (the worker) dies; a no-op elsewhere.
+
+    A parent that died before this call would go unnoticed, so when the worker named its pid in
+    FLYWHEEL_PARENT_PID and this process has been handed to another parent since, it exits now:
+    nobody is left to read its events, and the reaper runs the job again.
+    """
     if not sys.platform.startswith("linux"):
         return
-    # A parent that dies before this call goes unnoticed; the worker's reaper covers that case.
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    expected = os.environ.get(PARENT_PID_ENV, "")
+    if expected.isdigit() and os.getppid() != int(expected):
+        sys.exit(f"the process that started this job ({expected}) is gone; stopping")
 
 
 def load_spec(path: str | Path, kind: str) -> RunSpec:

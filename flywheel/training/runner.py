@@ -28,6 +28,7 @@ from flywheel.datasets.models import TaskSetSnapshot
 from flywheel.training import services
 from flywheel.training.models import Job
 from trainer.contracts import ContractError, LogEvent, RunSpec, event_from_json
+from trainer.jobs import PARENT_PID_ENV
 
 STDERR_TAIL_BYTES = 8000
 
@@ -104,7 +105,7 @@ def run_attempt(job: Job) -> Job:
     with stderr_path.open("w") as stderr:
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True, cwd=folder,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())},
         )  # fmt: skip
         services.job_started(job=job, run_dir=str(folder), pid=process.pid)
         cancelled = _relay(job, process)

@@ -24,6 +24,7 @@ from trainer.contracts import (
 from trainer.jobs import (
     EXIT_FAILED,
     EXIT_STOPPED,
+    PARENT_PID_ENV,
     JobError,
     JobStopped,
     SpecError,
@@ -222,3 +223,22 @@ def test_a_job_process_asks_to_die_with_its_parent():
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == str(int(signal.SIGTERM))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_job_whose_parent_died_before_it_asked_stops_at_once():
+    code = "from trainer.jobs import die_with_parent; die_with_parent(); print('still running')"
+    env = {**os.environ, PARENT_PID_ENV: "1"}  # not this child's parent: the worker is gone
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                            env=env)  # fmt: skip
+    assert result.returncode == 1 and "still running" not in result.stdout
+    assert "is gone; stopping" in result.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_job_started_by_its_named_parent_runs_on():
+    code = "from trainer.jobs import die_with_parent; die_with_parent(); print('still running')"
+    env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+                            env=env, check=True)  # fmt: skip
+    assert result.stdout.strip() == "still running"
