@@ -1,20 +1,32 @@
-"""Reads behind the dashboard charts: failures per bucket, agent, model version and day.
+"""Reads behind the dashboard charts and the home page's tiles.
 
-Each returns plain dataclasses for `charts.py`; nothing here knows about plotly. A trajectory
-"failed" when its outcome is failure; a bucket's count is the trajectories carrying it, whatever
-their outcome (a reviewer who buckets a trajectory says it failed).
+Charts: failures per bucket, agent, model version and day. Each returns plain dataclasses for
+`charts.py`; nothing here knows about plotly. A trajectory "failed" when its outcome is failure;
+a bucket's count is the trajectories carrying it, whatever their outcome (a reviewer who buckets
+a trajectory says it failed).
+
+Home page: tasks per split, jobs running and queued, and each agent's live version with the
+held-out rates of its gate. A fixed number of queries whatever the number of agents; the gate
+reports' per-task rows are never loaded, only both models' overall rates.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
+from typing import Any
+from uuid import UUID
 
 from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
+from flywheel.datasets.models import RegressionTask, Split, TaskSetSnapshot
 from flywheel.ingest.models import Outcome, Trajectory
+from flywheel.registry.models import GateResult, GateStatus, LivePointer, ModelVersion
+from flywheel.training.models import FINISHED_STATES, Job, JobState
 from flywheel.triage.models import Bucket, BucketAssignment, ReviewState, Suggestion
 
 NOT_BUCKETED = "not bucketed"
@@ -100,3 +112,139 @@ def failures_by_day(*, days: int = 30) -> list[DayCount]:
         name, colour = row["bucket_assignments__bucket__name"], row["bucket_assignments__bucket__colour"]
         rows.append(DayCount(row["day"], name, colour, row["n"]))
     return rows
+
+
+# --- The home page: tasks per split, jobs, live versions and their gates ---------------------
+
+
+@dataclass(frozen=True)
+class TaskCounts:
+    train: int
+    heldout: int
+    snapshots: int
+
+
+def task_counts() -> TaskCounts:
+    """Regression tasks per split, and how many snapshots were taken of them."""
+    counts = RegressionTask.objects.aggregate(
+        train=Count("pk", filter=Q(split=Split.TRAIN)), heldout=Count("pk", filter=Q(split=Split.HELDOUT))
+    )
+    return TaskCounts(counts["train"], counts["heldout"], TaskSetSnapshot.objects.count())
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    running: int
+    queued: int
+    last_finished: Job | None  # with its agent; only the columns the tile shows
+
+
+def job_counts() -> JobCounts:
+    """Jobs running and queued now, and the one that finished last."""
+    counts = Job.objects.aggregate(
+        running=Count("pk", filter=Q(state=JobState.RUNNING)), queued=Count("pk", filter=Q(state=JobState.QUEUED))
+    )
+    last = (
+        Job.objects.filter(state__in=FINISHED_STATES, finished_at__isnull=False)
+        .select_related("agent")
+        .only("kind", "state", "finished_at", "agent__name")
+        .order_by("-finished_at")
+        .first()
+    )
+    return JobCounts(counts["running"], counts["queued"], last)
+
+
+@dataclass(frozen=True)
+class GateRate:
+    """One model's rate on the gate metric over the held-out tasks, with its bootstrap 95% interval."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+
+    @classmethod
+    def of(cls, entry: object) -> GateRate:
+        entry = entry if isinstance(entry, Mapping) else {}
+        return cls(*(_number(entry.get(key)) for key in ("value", "low", "high")))
+
+    @property
+    def spread(self) -> float | None:
+        return self.high - self.low if self.high is not None and self.low is not None else None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class GateSummary:
+    pk: UUID
+    passed: bool
+    metric: str  # correct_arguments or execution_success
+    against: str  # the baseline's tag, or "base model"
+    candidate: GateRate
+    baseline: GateRate
+
+    @property
+    def metric_label(self) -> str:
+        return self.metric.replace("_", " ")
+
+    @property
+    def gain(self) -> float | None:
+        after, before = self.candidate.value, self.baseline.value
+        return after - before if after is not None and before is not None else None
+
+
+@dataclass(frozen=True)
+class LiveVersion:
+    version: ModelVersion
+    promoted_at: datetime
+    override: bool  # promoted without a passed gate
+    gate: GateSummary | None  # the gate it was promoted on, else its latest passed, else latest finished
+
+
+def live_versions() -> list[LiveVersion]:
+    """Each agent's live version, by agent name, with the held-out rates of its gate against the baseline."""
+    pointers = list(LivePointer.objects.select_related("version__agent", "deployment").order_by("agent__name"))
+    gates = _finished_gates(version_ids=[pointer.version_id for pointer in pointers])
+    return [
+        LiveVersion(
+            version=pointer.version, promoted_at=pointer.deployment.created_at, override=pointer.deployment.override,
+            gate=_chosen_gate(gates.get(pointer.version_id, []), promoted_on=pointer.deployment.gate_result_id),
+        )
+        for pointer in pointers
+    ]  # fmt: skip
+
+
+def _finished_gates(*, version_ids: Sequence[UUID]) -> dict[UUID, list[GateSummary]]:
+    """Finished gates per candidate, newest first; one query, reading only the reports' overall rates."""
+    rows = (
+        GateResult.objects.filter(candidate_id__in=version_ids, status__in=(GateStatus.PASSED, GateStatus.FAILED))
+        .annotate(candidate_overall=KeyTransform("overall", KeyTransform("candidate", "report")),
+                  baseline_overall=KeyTransform("overall", KeyTransform("baseline", "report")))
+        .values("pk", "candidate_id", "status", "policy", "baseline__number", "baseline__agent__name",
+                "candidate_overall", "baseline_overall")
+        .order_by("-created_at")
+    )  # fmt: skip
+    gates: dict[UUID, list[GateSummary]] = {}
+    for row in rows:
+        gates.setdefault(row["candidate_id"], []).append(_gate_summary(row))
+    return gates
+
+
+def _gate_summary(row: Mapping[str, Any]) -> GateSummary:
+    metric = str((row["policy"] or {}).get("metric") or "correct_arguments")
+    baseline = row["baseline__agent__name"]
+    return GateSummary(
+        pk=row["pk"], passed=row["status"] == GateStatus.PASSED, metric=metric,
+        against=f"{baseline}:v{row['baseline__number']}" if baseline else "base model",
+        candidate=GateRate.of((row["candidate_overall"] or {}).get(f"{metric}_rate")),
+        baseline=GateRate.of((row["baseline_overall"] or {}).get(f"{metric}_rate")),
+    )  # fmt: skip
+
+
+def _chosen_gate(gates: Sequence[GateSummary], *, promoted_on: UUID | None) -> GateSummary | None:
+    for gate in gates:
+        if gate.pk == promoted_on:
+            return gate
+    return next((gate for gate in gates if gate.passed), gates[0] if gates else None)
