@@ -26,7 +26,7 @@ from flywheel.training.signals import job_finished
 from trainer.contracts import CheckpointEvent, DoneEvent, ErrorEvent, JobEvent, LogEvent, MetricEvent, SampleEvent
 
 # The kinds trainer runs today; gate arrives with the registry.
-RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO)
+RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE)
 TRAINING_KINDS = (JobKind.SFT, JobKind.GRPO)
 LOG_TAIL_LINES = 200
 
@@ -51,9 +51,11 @@ def job_launch(
     from flywheel.training.tasks import run_job
 
     if kind not in RUNNABLE_KINDS:
-        raise LaunchRefused(f"{kind!r} jobs cannot run yet; runnable kinds: {', '.join(RUNNABLE_KINDS)}")
+        raise LaunchRefused(f"{kind!r} jobs cannot run; runnable kinds: {', '.join(RUNNABLE_KINDS)}")
     if not base_model.strip():
         raise LaunchRefused("a base model is required (a local folder, a .gguf file or 'demo')")
+    if kind == JobKind.GATE and not adapter.strip():
+        raise LaunchRefused("a gate compares a candidate adapter with its baseline: name the candidate's adapter")
     if not isinstance(hyperparameters or {}, dict):
         raise LaunchRefused("hyperparameters must be a JSON object")
     _check_hyperparameters(kind, hyperparameters or {})
@@ -75,11 +77,14 @@ def job_launch(
 def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:
     """The trainer's own typed config rejects what the job would reject, before anything is queued."""
     from trainer.evaluate import EvalConfig
+    from trainer.gate import Config as GateConfig
     from trainer.grpo import Config as GrpoConfig
     from trainer.jobs import SpecError, config_from_json
     from trainer.sft import Config as SftConfig
 
-    config_class = {JobKind.EVAL: EvalConfig, JobKind.SFT: SftConfig, JobKind.GRPO: GrpoConfig}[JobKind(kind)]
+    config_class = {
+        JobKind.EVAL: EvalConfig, JobKind.SFT: SftConfig, JobKind.GRPO: GrpoConfig, JobKind.GATE: GateConfig,
+    }[JobKind(kind)]  # fmt: skip
     fields = {key: value for key, value in hyperparameters.items() if key != "seed"}
     try:
         config_from_json(config_class, fields, f"{kind} hyperparameters")

@@ -15,7 +15,7 @@ from flywheel.datasets.services import snapshot_create, tasks_import
 from flywheel.registry import services
 from flywheel.registry.models import ModelVersion
 from flywheel.training import services as training_services
-from flywheel.training.models import Job, JobKind, JobState
+from flywheel.training.models import Job, JobState
 from tests.conftest import REPO_ROOT
 
 TINY_MODEL = REPO_ROOT / "tests" / "fixtures" / "tiny-model"
@@ -88,32 +88,6 @@ def finish_job(*, kind: str, snapshot, agent=None, result: dict | None = None, a
 
 def done(files: dict[str, str], metrics: dict | None = None) -> dict:
     return {"event": "done", "metrics": metrics or {}, "results": None, "files": files}
-
-
-@pytest.fixture
-def gate_runnable(monkeypatch):
-    """Make `gate` launchable while the training app does not list it yet (a no-op once it does).
-
-    The training app validates each kind's hyperparameters with trainer's config; for gate that is
-    `trainer.gate.Config`, which this stand-in applies too.
-    """
-    if JobKind.GATE in training_services.RUNNABLE_KINDS:
-        return
-    from trainer.gate import Config
-    from trainer.jobs import SpecError, config_from_json
-
-    original = training_services._check_hyperparameters
-
-    def check(kind, hyperparameters):
-        if kind != JobKind.GATE:
-            return original(kind, hyperparameters)
-        try:
-            config_from_json(Config, {k: v for k, v in hyperparameters.items() if k != "seed"}, "gate hyperparameters")
-        except SpecError as error:
-            raise training_services.LaunchRefused(str(error)) from None
-
-    monkeypatch.setattr(training_services, "RUNNABLE_KINDS", (*training_services.RUNNABLE_KINDS, JobKind.GATE))
-    monkeypatch.setattr(training_services, "_check_hyperparameters", check)
 
 
 def write_gate_file(folder: Path, decision: dict, report: dict | None = None) -> dict[str, str]:

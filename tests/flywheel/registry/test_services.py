@@ -107,7 +107,7 @@ def test_a_tampered_registered_file_is_refused_on_every_load(register, approver)
 
 
 def test_a_gate_is_launched_against_the_live_version_with_the_agents_policy(
-    register, approver, make_user, heldout_snapshot, gate_runnable
+    register, approver, make_user, heldout_snapshot
 ):
     first, second = register(0), register(1)
     services.version_promote(actor=approver, version=first, reason="first version, no gate yet")
@@ -124,7 +124,7 @@ def test_a_gate_is_launched_against_the_live_version_with_the_agents_policy(
 
 
 def test_a_gate_refuses_train_snapshots_bad_options_and_the_live_version_itself(
-    register, approver, heldout_snapshot, gate_runnable
+    register, approver, heldout_snapshot
 ):
     version = register(0)
     with pytest.raises(services.RegistryRefused, match="unknown metric"):

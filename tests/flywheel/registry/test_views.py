@@ -152,8 +152,7 @@ def test_an_admin_edits_the_gate_policy_from_the_page(client, make_user, agent):
     assert client.post(url, form).status_code == 403
 
 
-def test_a_trainer_launches_a_gate_from_the_version_page(client, make_user, register, heldout_snapshot,
-                                                         gate_runnable):  # fmt: skip
+def test_a_trainer_launches_a_gate_from_the_version_page(client, make_user, register, heldout_snapshot):
     version = register(0)
     client.force_login(make_user(Role.TRAINER))
     url = reverse("registry:gate_launch", args=["support-bot", 1])

@@ -167,9 +167,12 @@ def test_a_launch_with_an_unrunnable_kind_or_unknown_snapshot_is_refused_before_
 ):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {trainer_token}"}
     url = reverse("training:api_jobs")
+    unknown = client.post(url, {"kind": "deploy", "snapshot": tiny_snapshot.content_hash, "base_model": "demo"},
+                          content_type="application/json", **headers)  # fmt: skip
+    assert unknown.status_code == 400 and "cannot run" in unknown.json()["error"]
     gate = client.post(url, {"kind": "gate", "snapshot": tiny_snapshot.content_hash, "base_model": "demo"},
                        content_type="application/json", **headers)  # fmt: skip
-    assert gate.status_code == 400 and "cannot run yet" in gate.json()["error"]
+    assert gate.status_code == 400 and "name the candidate's adapter" in gate.json()["error"]
     on_heldout = client.post(url, {"kind": "grpo", "snapshot": tiny_snapshot.content_hash, "base_model": "demo"},
                              content_type="application/json", **headers)  # fmt: skip
     assert on_heldout.status_code == 400 and "train on a train snapshot" in on_heldout.json()["error"]
