@@ -109,19 +109,25 @@ def read_manifest(folder: str | Path) -> AdapterManifest:
         raise AdapterError(f"adapter manifest {path} is not valid JSON: {error.msg}") from None
 
 
+def hash_problem(folder: str | Path, *, sha256: str, config_sha256: str, recorded_by: str) -> str | None:
+    """What is wrong with the adapter's weights and config against their recorded hashes; None when nothing."""
+    for name, expected in ((WEIGHTS_FILE, sha256), (CONFIG_FILE, config_sha256)):
+        path = Path(folder) / name
+        if not path.is_file():
+            return f"adapter {folder} has no {name}"
+        actual = file_sha256(path)
+        if actual != expected:
+            return f"adapter {folder}: {name} has sha256 {actual[:16]}..., {recorded_by} says {expected[:16]}..."
+    return None
+
+
 def verify_adapter(folder: str | Path) -> AdapterManifest:
     """The adapter's manifest, after checking its weights and config against the recorded hashes."""
     manifest = read_manifest(folder)
-    for name, expected in ((WEIGHTS_FILE, manifest.sha256), (CONFIG_FILE, manifest.config_sha256)):
-        path = Path(folder) / name
-        if not path.is_file():
-            raise AdapterError(f"adapter {folder} has no {name}")
-        actual = file_sha256(path)
-        if actual != expected:
-            raise AdapterError(
-                f"adapter {folder}: {name} has sha256 {actual[:16]}..., the manifest says {expected[:16]}...; "
-                "the file changed after it was saved"
-            )
+    problem = hash_problem(folder, sha256=manifest.sha256, config_sha256=manifest.config_sha256,
+                           recorded_by="the manifest")  # fmt: skip
+    if problem:
+        raise AdapterError(f"{problem}; the file changed after it was saved")
     return manifest
 
 

@@ -18,7 +18,14 @@ from typing import IO
 
 from django.conf import settings
 
-from trainer.adapters import CONFIG_FILE, MANIFEST_FILE, WEIGHTS_FILE, AdapterManifest, file_sha256, verify_adapter
+from trainer.adapters import (
+    CONFIG_FILE,
+    MANIFEST_FILE,
+    WEIGHTS_FILE,
+    AdapterManifest,
+    hash_problem,
+    verify_adapter,
+)
 
 ADAPTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, MANIFEST_FILE)
 READ_ONLY_FILE = 0o444
@@ -81,15 +88,9 @@ def _copy_read_only(source: Path, target: Path) -> None:
 
 def verify_files(folder: Path, *, sha256: str, config_sha256: str) -> Path:
     """`folder`, after checking its weights and config against the recorded hashes."""
-    for name, expected in ((WEIGHTS_FILE, sha256), (CONFIG_FILE, config_sha256)):
-        path = folder / name
-        if not path.is_file():
-            raise AdapterTampered(f"{folder}: {name} is missing")
-        actual = file_sha256(path)
-        if actual != expected:
-            raise AdapterTampered(
-                f"{folder}: {name} has sha256 {actual[:16]}…, registered as {expected[:16]}…; refusing to load it"
-            )
+    problem = hash_problem(folder, sha256=sha256, config_sha256=config_sha256, recorded_by="the registry")
+    if problem:
+        raise AdapterTampered(f"{problem}; refusing to load it")
     return folder
 
 

@@ -90,7 +90,7 @@ def test_a_tampered_registered_file_is_refused_on_every_load(register, approver)
     weights = folder / WEIGHTS_FILE
     weights.chmod(0o644)
     weights.write_bytes(weights.read_bytes()[:-1] + b"\x00")
-    with pytest.raises(storage.AdapterTampered, match="registered as"):
+    with pytest.raises(storage.AdapterTampered, match="the registry says"):
         selectors.adapter_folder(version=version)
     # Rewriting the manifest to match does not help: the database holds the reference hash.
     manifest = json.loads((folder / MANIFEST_FILE).read_text())
