@@ -14,7 +14,10 @@ model), and promotion when the gate passes. A step whose job already succeeded w
 settings is reused, so a second run picks up where the first stopped. Sizes fit a 2-core CPU in
 well under 30 minutes; they are no recipe for a real run.
 
-Not covered: the browser button that starts the loop (the command does).
+`demo_advance` is one non-blocking look at the loop; the command calls it and waits between
+steps, and the home page's button (admins) queues it as a task that every succeeded demo job
+queues again (`job_finished`), so the loop runs on with nobody watching. A failed step stops
+the loop; asking again (the button, the command) launches it anew.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import transaction
 
 from flywheel.core.models import Agent
 from flywheel.core.services import agent_create
@@ -37,7 +41,7 @@ from flywheel.ingest.parsers import FieldMapping
 from flywheel.ingest.services import IngestOptions, stream_ingest
 from flywheel.registry import selectors as registry_selectors
 from flywheel.registry import services as registry_services
-from flywheel.registry.models import GateResult, GateStatus, ModelVersion
+from flywheel.registry.models import Deployment, GateResult, GateStatus, ModelVersion
 from flywheel.training.models import Job, JobKind, JobState
 from flywheel.training.services import job_launch
 from trainer.contracts import Task
@@ -73,6 +77,7 @@ GRPO = {"max_steps": 8, "num_generations": 4, "max_completion_length": 64, "lear
 GATE = {"heldout_sample_size": 30, "regression_sample_size": 30, "batch_size": 8, "max_new_tokens": 96,
         "device": "cpu"}  # fmt: skip
 DEMO_SIZES = Sizes(eval=EVAL, sft=SFT, grpo=GRPO, gate=GATE)
+DEMO_TRAINER, DEMO_APPROVER = "demo-trainer", "demo-approver"
 
 
 class DemoFailed(RuntimeError):
@@ -192,7 +197,8 @@ def wait_for(job: Job, log: Log, *, timeout: float = JOB_TIMEOUT_SECONDS) -> Job
     return job
 
 
-def _run(step: Step, snapshots: DemoSnapshots, trainer: User, log: Log) -> Job:
+def _job_for(step: Step, snapshots: DemoSnapshots, trainer: User, log: Log) -> Job:
+    """The step's job: the one already there, or a new one."""
     evaluation = step.kind == JobKind.EVAL
     snapshot = snapshots.heldout if evaluation else snapshots.train
     job = _reusable(step, snapshot)
@@ -203,7 +209,15 @@ def _run(step: Step, snapshots: DemoSnapshots, trainer: User, log: Log) -> Job:
             heldout_snapshot=None if evaluation else snapshots.heldout,
         )  # fmt: skip
         log(f"launched {job}")
-    return wait_for(job, log)
+    return job
+
+
+def _succeeded(job: Job) -> bool:
+    """True once the job succeeded, False while it runs; DemoFailed when it ended otherwise."""
+    job.refresh_from_db()
+    if job.is_finished and job.state != JobState.SUCCEEDED:
+        raise DemoFailed(f"{job} {job.state}: {job.error or 'see its page'}")
+    return job.is_finished
 
 
 def _adapter_of(job: Job) -> str:
@@ -217,36 +231,84 @@ def _version_of(job: Job) -> ModelVersion:
     return version
 
 
-def _gate(version: ModelVersion, snapshots: DemoSnapshots, options: dict[str, Any], trainer: User,
-          log: Log) -> GateResult:  # fmt: skip
+def _gate_for(version: ModelVersion, snapshots: DemoSnapshots, options: dict[str, Any], trainer: User,
+              log: Log) -> GateResult:  # fmt: skip
     gate = GateResult.objects.filter(candidate=version).exclude(status=GateStatus.ERROR).order_by("-created_at").first()
     if gate is None:
         gate = registry_services.gate_launch(actor=trainer, candidate=version, heldout_snapshot=snapshots.heldout,
                                              options=options)  # fmt: skip
         log(f"launched the gate of {version.tag}")
-    wait_for(gate.job, log)
-    gate.refresh_from_db()
     return gate
+
+
+def _decide(gate: GateResult, approver: User, log: Log) -> None:
+    """Promote a passed candidate once; a later rollback by a person is never undone here."""
+    version = gate.candidate
+    if Deployment.objects.filter(to_version=version).exists():
+        return
+    for criterion in gate.criteria:
+        log(f"  {'pass' if criterion.get('passed') else 'FAIL'} {criterion.get('name')}: {criterion.get('reason')}")
+    if gate.passed:
+        live = registry_selectors.live_version(agent=version.agent)
+        registry_services.version_promote(actor=approver, version=version, expected_live=live)
+        log(f"promoted {version.tag}: the chat endpoint now answers from it")
+    else:
+        log(f"{version.tag} stays unpromoted: {gate.decision.get('summary', 'the gate did not pass')}")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where the loop stands: the job it waits for, or the gate it ended with."""
+
+    waiting_for: Job | None = None
+    gate: GateResult | None = None
+
+
+def demo_advance(
+    *, snapshots: DemoSnapshots, people: DemoPeople, log: Log, base_model: str = BASE_MODEL,
+    sizes: Sizes = DEMO_SIZES,
+) -> Progress:  # fmt: skip
+    """Look once: launch the next step when the one before succeeded, decide after the gate; never wait.
+
+    Under a row lock on the train snapshot, so two advances at once (the command and a finished job's
+    signal) launch each step once.
+    """
+    trainer = people.trainer
+    with transaction.atomic():
+        TaskSetSnapshot.objects.select_for_update().get(pk=snapshots.train.pk)
+        baseline = _job_for(Step(JobKind.EVAL, base_model, sizes.eval), snapshots, trainer, log)
+        if not _succeeded(baseline):
+            return Progress(waiting_for=baseline)
+        sft = _job_for(Step(JobKind.SFT, base_model, sizes.sft), snapshots, trainer, log)
+        if not _succeeded(sft):
+            return Progress(waiting_for=sft)
+        grpo = _job_for(Step(JobKind.GRPO, base_model, sizes.grpo, _adapter_of(sft)), snapshots, trainer, log)
+        if not _succeeded(grpo):
+            return Progress(waiting_for=grpo)
+        gate = _gate_for(_version_of(grpo), snapshots, sizes.gate, trainer, log)
+        if not _succeeded(gate.job):
+            return Progress(waiting_for=gate.job)
+        gate.refresh_from_db()
+        _decide(gate, people.approver, log)
+        return Progress(gate=gate)
 
 
 def demo_loop(
     *, snapshots: DemoSnapshots, people: DemoPeople, log: Log, base_model: str = BASE_MODEL,
     sizes: Sizes = DEMO_SIZES,
 ) -> GateResult:  # fmt: skip
-    """Baseline, SFT, GRPO, gate, and promotion when the gate passes; returns the gate."""
-    trainer = people.trainer
-    baseline = _run(Step(JobKind.EVAL, base_model, sizes.eval), snapshots, trainer, log)
-    log(f"baseline correct calls: {(baseline.result or {}).get('metrics', {}).get('correct_arguments_rate')}")
-    sft = _run(Step(JobKind.SFT, base_model, sizes.sft), snapshots, trainer, log)
-    grpo = _run(Step(JobKind.GRPO, base_model, sizes.grpo, _adapter_of(sft)), snapshots, trainer, log)
-    version = _version_of(grpo)
-    gate = _gate(version, snapshots, sizes.gate, trainer, log)
-    for criterion in gate.criteria:
-        log(f"  {'pass' if criterion.get('passed') else 'FAIL'} {criterion.get('name')}: {criterion.get('reason')}")
-    live = registry_selectors.live_version(agent=version.agent)
-    if gate.passed and live != version:
-        registry_services.version_promote(actor=people.approver, version=version, expected_live=live)
-        log(f"promoted {version.tag}: the chat endpoint now answers from it")
-    elif not gate.passed:
-        log(f"{version.tag} stays unpromoted: {gate.decision.get('summary', 'the gate did not pass')}")
-    return gate
+    """Baseline, SFT, GRPO, gate, and promotion when the gate passes, waiting for each; returns the gate."""
+    while True:
+        progress = demo_advance(snapshots=snapshots, people=people, log=log, base_model=base_model, sizes=sizes)
+        if progress.gate is not None:
+            return progress.gate
+        assert progress.waiting_for is not None
+        wait_for(progress.waiting_for, log)
+
+
+def demo_people() -> DemoPeople:
+    """The demo's trainer and approver (`manage.py demo_users` makes them; never in production)."""
+    users = {user.username: user for user in User.objects.filter(username__in=[DEMO_TRAINER, DEMO_APPROVER])}
+    if len(users) < 2:
+        raise DemoFailed("the demo users are missing: run `make demo` (or `manage.py demo_users`) first")
+    return DemoPeople(trainer=users[DEMO_TRAINER], approver=users[DEMO_APPROVER])

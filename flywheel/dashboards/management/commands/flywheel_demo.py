@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from flywheel.core.services import demo_users_ensure
-from flywheel.dashboards.demo import DemoFailed, DemoPeople, demo_data_ensure, demo_loop
+from flywheel.dashboards.demo import DemoFailed, demo_data_ensure, demo_loop, demo_people
 
 
 class Command(BaseCommand):
@@ -24,11 +23,9 @@ class Command(BaseCommand):
             demo_users_ensure(logins_file=settings.DEMO_LOGINS_FILE)
         except ValidationError as exc:
             raise CommandError(exc.messages[0]) from exc
-        people = DemoPeople(trainer=User.objects.get(username="demo-trainer"),
-                            approver=User.objects.get(username="demo-approver"))  # fmt: skip
         snapshots = demo_data_ensure(external=settings.SHARED_EXTERNAL_DIR, log=self.stdout.write)
         try:
-            gate = demo_loop(snapshots=snapshots, people=people, log=self.stdout.write)
+            gate = demo_loop(snapshots=snapshots, people=demo_people(), log=self.stdout.write)
         except DemoFailed as error:
             raise CommandError(str(error)) from error
         self.stdout.write(f"gate {gate.get_status_display().lower()}: {gate.decision.get('summary', '')}")
