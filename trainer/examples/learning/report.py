@@ -159,16 +159,31 @@ def training_summary(runs: Path, name: str) -> list[str]:
 
 def stage_times(runs: Path) -> list[str]:
     path = runs / "stages.log"
-    lines = ["| stage | torch threads | start (UTC) | end (UTC) | wall time | exit |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| stage | torch threads | start (UTC) | end (UTC) | wall time | CPU time (user+sys) | max RSS | exit |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     if path.is_file():
         for row in path.read_text(encoding="utf-8").splitlines():
             name, threads, start, end, seconds, code = row.split()
-            minutes = int(seconds) / 60
+            cpu, rss = time_file(runs / f"{name}.time")
             lines.append(
                 f"| {name} | {threads.removeprefix('threads=')} | {start} | {end} | "
-                f"{seconds} s ({minutes:.1f} min) | {code} |"
+                f"{seconds} s ({int(seconds) / 60:.1f} min) | {cpu} | {rss} | {code} |"
             )
     return lines
+
+
+def time_file(path: Path) -> tuple[str, str]:
+    """(CPU seconds, peak memory) from `/usr/bin/time -v` output."""
+    if not path.is_file():
+        return "n/a", "n/a"
+    fields = dict(
+        line.strip().rsplit(": ", 1) for line in path.read_text(encoding="utf-8").splitlines() if ": " in line
+    )
+    cpu = float(fields.get("User time (seconds)", 0)) + float(fields.get("System time (seconds)", 0))
+    rss = int(fields.get("Maximum resident set size (kbytes)", 0)) / 1024 / 1024
+    return f"{cpu:.0f} s", f"{rss:.1f} GiB"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
