@@ -230,7 +230,8 @@ class FlagWatch:
     raised: set[str] = field(default_factory=set)
     _rewards: list[float] = field(default_factory=list)
     _lengths: list[float] = field(default_factory=list)
-    _heldout: list[tuple[float, float]] = field(default_factory=list)  # (held-out value, train reward then)
+    # (held-out value, train reward then); None before any training step (the step-0 evaluation)
+    _heldout: list[tuple[float, float | None]] = field(default_factory=list)
 
     def train_reward(self, value: float) -> None:
         self._rewards.append(value)
@@ -249,10 +250,13 @@ class FlagWatch:
         value = rate_value(overall, self.heldout_metric)
         if value is None:
             return None
-        self._heldout.append((value, self._recent_reward()))
+        self._heldout.append((value, self._recent_reward() if self._rewards else None))
         if len(self._heldout) < 2 or not self._rewards:
             return None
-        (first_value, first_reward), (last_value, last_reward) = self._heldout[0], self._heldout[-1]
+        (first_value, first_reward), (last_value, _) = self._heldout[0], self._heldout[-1]
+        # Evaluated before any step: the reward training started from is its first steps' reward.
+        first_reward = self._opening_reward() if first_reward is None else first_reward
+        last_reward = self._recent_reward()
         if last_reward - first_reward > self.margin and first_value - last_value > self.margin:
             return self._raise(
                 "reward_hacking",
@@ -275,7 +279,11 @@ class FlagWatch:
 
     def _recent_reward(self) -> float:
         window = self._rewards[-5:]
-        return sum(window) / len(window) if window else 0.0
+        return sum(window) / len(window)
+
+    def _opening_reward(self) -> float:
+        window = self._rewards[:5]
+        return sum(window) / len(window)
 
     def _raise(self, name: str, detail: str) -> LogEvent | None:
         if name in self.raised:

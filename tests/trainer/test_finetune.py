@@ -247,6 +247,24 @@ def test_reward_rising_while_held_out_falls_is_flagged_once():
     assert watch.heldout(20, {"correct_arguments_rate": {"value": 0.2}}) is None
 
 
+def test_a_high_reward_from_the_first_step_is_no_rise_after_a_step_0_evaluation():
+    # Seen in a real run: held-out evaluated before any step, the SFT-started reward high from step 1.
+    watch = finetune.FlagWatch()
+    assert watch.heldout(0, {"correct_arguments_rate": {"value": 0.312}}) is None
+    for reward in (0.9, 0.875, 0.95, 0.9, 0.9, 0.85, 0.9, 0.95):
+        watch.train_reward(reward)
+    assert watch.heldout(20, {"correct_arguments_rate": {"value": 0.25}}) is None
+
+
+def test_a_reward_rising_after_a_step_0_evaluation_while_held_out_falls_is_flagged():
+    watch = finetune.FlagWatch()
+    watch.heldout(0, {"correct_arguments_rate": {"value": 0.5}})
+    for reward in (0.1,) * 5 + (0.9,) * 5:
+        watch.train_reward(reward)
+    flag = watch.heldout(10, {"correct_arguments_rate": {"value": 0.3}})
+    assert flag is not None and "rose 0.100 → 0.900" in flag.message
+
+
 def test_rising_reward_with_rising_held_out_is_not_flagged():
     watch = finetune.FlagWatch()
     watch.train_reward(0.1)
