@@ -54,7 +54,7 @@ class Config:
     lora_target_modules: str = field(default="all-linear", metadata={
         "help": "Modules to adapt: all-linear, or a comma-separated list such as q_proj,v_proj."})
     eval_interval: int = field(default=10, metadata={
-        "help": "Evaluate on the held-out tasks every this many steps (and at step 0); 0 for never."})
+        "help": "Evaluate on the held-out tasks every this many steps; 0 for only at the start and the end."})
     heldout_sample_size: int | None = field(default=50, metadata={
         "help": "Held-out tasks per evaluation, drawn with the seed; null for all."})
     eval_max_new_tokens: int = field(default=96, metadata={"help": "Most tokens per held-out answer."})

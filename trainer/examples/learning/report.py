@@ -22,7 +22,12 @@ from trainer.stats import paired_difference_interval
 
 REPO = Path(__file__).resolve().parents[3]
 DATASETS = ("bfcl", "workbench")
-EVAL_STAGES = (("base", "baseline"), ("SFT", "sft-eval"), ("GRPO", "grpo-eval"))
+EVAL_STAGES = (
+    ("base", "baseline"),
+    ("SFT", "sft-eval"),
+    ("GRPO step 4 checkpoint", "grpo-ckpt4-eval"),
+    ("GRPO", "grpo-eval"),
+)
 RATES = ("valid_json", "correct_tool", "correct_arguments", "execution_success", "unsafe_action", "verifier_pass")
 PAIRED = ("valid_json", "correct_tool", "correct_arguments", "execution_success", "verifier_pass", "reward")
 
@@ -104,8 +109,23 @@ def window_mean(series: Sequence[tuple[int, float]], first: bool, size: int) -> 
     return f"{statistics.fmean(values):.3f}" if values else "n/a"
 
 
+def run_events(runs: Path, name: str) -> list[dict[str, Any]]:
+    """A training stage's events; an interrupted stage's `<name>.part<n>.events.jsonl` come first, and a step's
+    metric from the resumed attempt replaces the one the interrupted attempt logged for the same step."""
+    files = [*sorted(runs.glob(f"{name}.part*.events.jsonl")), runs / f"{name}.events.jsonl"]
+    metrics: dict[tuple[int, str], dict[str, Any]] = {}
+    others: list[dict[str, Any]] = []
+    for path in files:
+        for event in read_events(path):
+            if event.get("event") == "metric":
+                metrics[(int(event["step"]), str(event["name"]))] = event
+            else:
+                others.append(event)
+    return [*(metrics[key] for key in sorted(metrics)), *others]
+
+
 def training_summary(runs: Path, name: str) -> list[str]:
-    events = read_events(runs / f"{name}.events.jsonl")
+    events = run_events(runs, name)
     if not events:
         return []
     lines = [f"**{name}**", ""]
@@ -126,13 +146,14 @@ def training_summary(runs: Path, name: str) -> list[str]:
                 f"{window_mean(series, False, size)} (steps {series[0][0]}-{series[-1][0]})"
             )
     rewards = metric_series(events, "reward/mean")
-    if rewards:
+    if len(rewards) > 1:
         half = len(rewards) // 2
         lines.append(
             f"- reward/mean by half: first {half} steps "
             f"{statistics.fmean(v for _s, v in rewards[:half]):.3f}, last {len(rewards) - half} steps "
             f"{statistics.fmean(v for _s, v in rewards[half:]):.3f}"
         )
+    if rewards:
         lines.append("- reward/mean per step: " + ", ".join(f"{v:.2f}" for _s, v in rewards))
     tied = metric_series(events, "tied_group_fraction")
     if tied:
