@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from flywheel.core.models import Agent
 from flywheel.datasets.models import Environment, SourceKind, Split
 from flywheel.datasets.selectors import TaskFilters
 from trainer.contracts import ContractError, Task
@@ -106,3 +107,18 @@ class TaskWriteForm(forms.Form):
         except (ContractError, TypeError, AttributeError, KeyError) as exc:
             raise forms.ValidationError(f"not a valid task: {exc}") from exc
         return data
+
+
+class SnapshotForm(forms.Form):
+    """Freeze a split (of one agent, or all) as a snapshot: all its tasks, or a stratified seeded sample."""
+
+    name = forms.CharField(max_length=200)
+    split = forms.ChoiceField(choices=Split.choices, initial=Split.HELDOUT)
+    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"), required=False, empty_label="every agent")
+    sample_size = forms.IntegerField(
+        min_value=1, required=False, label="Sample", help_text="Empty: every task of the split."
+    )
+    stratify_by = forms.ChoiceField(
+        choices=[("category", "category"), ("bucket_id", "failure bucket")], initial="category", label="Stratify by"
+    )
+    seed = forms.IntegerField(initial=0, min_value=0)

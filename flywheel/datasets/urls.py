@@ -11,6 +11,7 @@ urlpatterns = [
     path("tasks/<uuid:task_id>/", views.task_detail, name="task_detail"),
     path("tasks/<uuid:task_id>/edit/", views.task_edit, name="task_edit"),
     path("snapshots/", views.snapshot_list, name="snapshot_list"),
+    path("snapshots/new/", views.snapshot_new, name="snapshot_new"),
     path("snapshots/<uuid:snapshot_id>/", views.snapshot_detail, name="snapshot_detail"),
     path("snapshots/<uuid:snapshot_id>/export/<slug:format_name>.jsonl", views.snapshot_export, name="snapshot_export"),
 ]

@@ -17,7 +17,7 @@ from flywheel.core.services import audit_record
 from flywheel.datasets import selectors, services
 from flywheel.datasets.conversion import task_draft
 from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
-from flywheel.datasets.forms import TaskEditForm, TaskFilterForm, TaskWriteForm
+from flywheel.datasets.forms import SnapshotForm, TaskEditForm, TaskFilterForm, TaskWriteForm
 from flywheel.datasets.models import RegressionTask, SourceKind, TaskSetSnapshot
 from flywheel.ingest.models import Trajectory
 
@@ -130,7 +130,21 @@ def task_from_trajectory(request: AuthedRequest, trajectory_id: UUID) -> HttpRes
 
 @permission_required(Perm.VIEW)
 def snapshot_list(request: AuthedRequest) -> HttpResponse:
-    return render(request, "datasets/snapshot_list.html", {"snapshots": selectors.snapshot_list()})
+    context = {"snapshots": selectors.snapshot_list(), "form": SnapshotForm()}
+    return render(request, "datasets/snapshot_list.html", context)
+
+
+@permission_required(Perm.EDIT_TASKS)
+def snapshot_new(request: AuthedRequest) -> HttpResponse:
+    form = SnapshotForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            snapshot = services.snapshot_create(actor=request.user, **form.cleaned_data)
+        except services.TaskRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("datasets:snapshot_detail", snapshot_id=snapshot.id)
+    return render(request, "datasets/snapshot_list.html", {"snapshots": selectors.snapshot_list(), "form": form})
 
 
 @permission_required(Perm.VIEW)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.contrib import messages
 from django.forms import Form
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
@@ -30,6 +32,7 @@ from flywheel.registry.forms import (
     expected_live_version,
 )
 from flywheel.registry.models import ModelVersion
+from flywheel.training.models import JobKind
 
 
 def _form_errors(form: Form) -> str:
@@ -89,10 +92,21 @@ def version_detail(request: AuthedRequest, agent_name: str, number: int) -> Http
         "gates": selectors.gate_results(version=version), "promotion_gate": gate,
         "vllm_command": selectors.vllm_command(version=version),
         "location": selectors.adapter_location(version=version),
+        "train_further_url": _train_further_url(version),
         "promote_form": PromoteForm(initial={"expected_live": expected_live_value(live)}),
         "gate_form": GateLaunchForm(initial={"heldout_snapshot": _heldout_of(version)}),
     }  # fmt: skip
     return render(request, "registry/version_detail.html", context)
+
+
+def _train_further_url(version: ModelVersion) -> str:
+    """The launch form, filled in to train this version's adapter further (GRPO, the guide's next step)."""
+    fields = {"kind": JobKind.GRPO, "base_model": version.base_model, "agent": version.agent_id,
+              "adapter": str(selectors.adapter_location(version=version))}  # fmt: skip
+    job = version.training_job
+    if job is not None:
+        fields |= {"snapshot": job.snapshot_id, "heldout_snapshot": job.heldout_snapshot_id or ""}
+    return f"{reverse('training:job_new')}?{urlencode(fields)}"
 
 
 def _heldout_of(version: ModelVersion) -> Any:

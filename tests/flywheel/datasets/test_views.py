@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from flywheel.core.roles import Role
-from flywheel.datasets.models import RegressionTask
+from flywheel.datasets.models import RegressionTask, TaskSetSnapshot
 from flywheel.datasets.services import snapshot_create
 from tests.flywheel.datasets.conftest import WORKBENCH, import_file
 
@@ -58,3 +58,30 @@ def test_a_snapshot_page_shows_its_hash_and_exports_jsonl(client, make_user, ema
     export = client.get(reverse("datasets:snapshot_export", args=[snapshot.id, "trl"]))
     lines = b"".join(export.streaming_content).decode().splitlines()
     assert len(lines) == 90 and "prompt" in json.loads(lines[0])
+
+
+def test_a_reviewer_freezes_a_stratified_sample_and_an_empty_split_is_refused_in_the_form(
+    client, make_user, email_tasks
+):
+    reviewer = make_user(Role.REVIEWER)
+    client.force_login(reviewer)
+    form = {"name": "email held-out 20", "split": "heldout", "sample_size": 20, "stratify_by": "category", "seed": 3}
+    response = client.post(reverse("datasets:snapshot_new"), form)
+    snapshot = TaskSetSnapshot.objects.get(name="email held-out 20")
+    assert response.status_code == 302 and response["Location"] == reverse(
+        "datasets:snapshot_detail", args=[snapshot.id]
+    )
+    assert (snapshot.task_count, snapshot.split, snapshot.created_by) == (20, "heldout", reviewer)
+    assert snapshot.selection == {"split": "heldout", "agent": None, "sample_size": 20, "stratify_by": "category",
+                                  "seed": 3}  # fmt: skip
+
+    refused = client.post(reverse("datasets:snapshot_new"), {**form, "name": "nothing", "split": "train"})
+    assert refused.status_code == 200 and "no train tasks to snapshot" in refused.content.decode()
+    assert not TaskSetSnapshot.objects.filter(name="nothing").exists()
+
+
+def test_only_task_editors_see_and_use_the_snapshot_form(client, make_user, email_tasks):
+    client.force_login(make_user(Role.TRAINER))
+    assert "Freeze the snapshot" not in client.get(reverse("datasets:snapshot_list")).content.decode()
+    response = client.post(reverse("datasets:snapshot_new"), {"name": "x", "split": "heldout", "seed": 0})
+    assert response.status_code == 403 and not TaskSetSnapshot.objects.exists()
