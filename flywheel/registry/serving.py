@@ -9,7 +9,8 @@ Two ways to serve (settings, "Registry and serving"):
   demo's case; with several web workers run one server and set SERVE_URL) and switches it.
 Before each request the live version is read from the database and compared with what the
 server reports, so a promote or rollback made through any web process takes effect on the next
-request. The adapter is verified against the registered hashes before it is handed to a server.
+request. The adapter is verified against the registered hashes when it is handed to a server (a
+start or a switch), not on every request: hashing the weights costs more than a short answer.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import IO, Any
 
 from django.conf import settings
 
-from flywheel.registry import selectors
+from flywheel.registry import selectors, storage
 from flywheel.registry.models import ModelVersion
 
 
@@ -40,19 +41,24 @@ class ServingUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Target:
-    """What the server must serve: the live version's base model and verified adapter."""
+    """What the server must serve: the live version's base model and adapter, with its registered hashes."""
 
     tag: str
     base_model: str
     adapter: str
     sha256: str
+    config_sha256: str
     lora_module: str
+
+    def verified_adapter(self) -> str:
+        """The adapter folder, once its files match the registered hashes (else AdapterTampered)."""
+        return str(storage.verify_files(Path(self.adapter), sha256=self.sha256, config_sha256=self.config_sha256))
 
 
 def target_for(version: ModelVersion) -> Target:
-    folder = selectors.adapter_folder(version=version)  # raises AdapterTampered on a changed file
-    return Target(tag=version.tag, base_model=version.base_model, adapter=str(folder), sha256=version.adapter_sha256,
-                  lora_module=version.serve_name)  # fmt: skip
+    return Target(tag=version.tag, base_model=version.base_model,
+                  adapter=str(selectors.adapter_location(version=version)), sha256=version.adapter_sha256,
+                  config_sha256=version.config_sha256, lora_module=version.serve_name)  # fmt: skip
 
 
 def http_json(method: str, url: str, body: dict[str, Any] | None = None, *, token: str = "",
@@ -101,7 +107,7 @@ class ManagedServer:
             self._stop()
 
     def _start(self, target: Target) -> None:
-        command = [*settings.SERVE_COMMAND, "--base-model", target.base_model, "--adapter", target.adapter,
+        command = [*settings.SERVE_COMMAND, "--base-model", target.base_model, "--adapter", target.verified_adapter(),
                    "--model-name", target.tag, "--host", "127.0.0.1", "--port", "0",
                    "--device", settings.SERVE_DEVICE, "--max-new-tokens", str(settings.SERVE_MAX_NEW_TOKENS),
                    "--exit-with-parent"]  # fmt: skip
@@ -120,7 +126,7 @@ class ManagedServer:
 
     def _switch(self, target: Target) -> None:
         status, answer = http_json("POST", f"{self.url}/admin/adapter",
-                                   {"adapter": target.adapter, "name": target.tag, "sha256": target.sha256},
+                                   {"adapter": target.verified_adapter(), "name": target.tag, "sha256": target.sha256},
                                    token=self._token, timeout=settings.SERVE_STARTUP_SECONDS)  # fmt: skip
         if status != 200:
             raise ServingUnavailable(f"the serving process refused {target.tag}: {_message(answer)}")
@@ -180,7 +186,8 @@ def external_url(target: Target) -> str:
         _, health = http_json("GET", f"{url}/health")
         if health.get("adapter_sha256") != target.sha256:
             status, answer = http_json("POST", f"{url}/admin/adapter",
-                                       {"adapter": target.adapter, "name": target.tag, "sha256": target.sha256},
+                                       {"adapter": target.verified_adapter(), "name": target.tag,
+                                        "sha256": target.sha256},
                                        token=settings.SERVE_ADMIN_TOKEN, timeout=settings.SERVE_STARTUP_SECONDS)
             if status != 200:
                 raise ServingUnavailable(f"the server at {url} refused {target.tag}: {_message(answer)}")

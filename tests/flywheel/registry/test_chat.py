@@ -35,8 +35,10 @@ def ask(chat: openai.OpenAI):
 
 
 def test_the_chat_endpoint_answers_from_the_live_adapter_and_follows_promote_and_rollback(
-    client, live_server, managed_server, make_user, register
+    client, live_server, managed_server, make_user, register, monkeypatch
 ):
+    verified, verify = [], serving.Target.verified_adapter
+    monkeypatch.setattr(serving.Target, "verified_adapter", lambda t: verified.append(t.tag) or verify(t))
     first, second = register(0), register(1)
     approver = make_user(Role.APPROVER)
     services.version_promote(actor=approver, version=first, reason="first ship, no gate")
@@ -48,6 +50,7 @@ def test_the_chat_endpoint_answers_from_the_live_adapter_and_follows_promote_and
     assert from_first.model_extra["flywheel"]["adapter_sha256"] == first.adapter_sha256
     assert from_first.system_fingerprint == f"adapter-{first.adapter_sha256[:16]}"
     assert from_first.choices[0].message.content
+    assert ask(chat).model == "support-bot:v1" and len(verified) == 1  # hashed when handed over, not per request
 
     services.version_promote(actor=approver, version=second, reason="second")
     from_second = ask(chat)
@@ -57,6 +60,7 @@ def test_the_chat_endpoint_answers_from_the_live_adapter_and_follows_promote_and
 
     services.version_rollback(actor=approver, agent=first.agent, reason="v2 is worse")
     after_rollback = ask(chat)
+    assert verified == ["support-bot:v1", "support-bot:v2", "support-bot:v1"]  # start, switch, switch back
     assert after_rollback.model == "support-bot:v1"
     assert after_rollback.model_extra["flywheel"]["adapter_sha256"] == first.adapter_sha256
     assert after_rollback.choices[0].message.content == from_first.choices[0].message.content  # same adapter, greedy
@@ -86,3 +90,19 @@ def test_the_chat_endpoint_needs_a_token_and_a_live_version(live_server, make_us
                                                                                        name="y")[1], max_retries=0)
     with pytest.raises(openai.PermissionDeniedError):
         nobody.chat.completions.create(model="support-bot", messages=QUESTION)
+
+
+def test_a_changed_live_adapter_is_refused_before_any_server_gets_it(live_server, managed_server, make_user, register):
+    live = register(0)
+    services.version_promote(actor=make_user(Role.APPROVER), version=live, reason="first ship")
+    weights = selectors.adapter_location(version=live) / "adapter_model.safetensors"
+    weights.chmod(0o644)
+    data = weights.read_bytes()
+    weights.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    token = api_token_create(user=make_user(Role.REVIEWER), name="support-bot")[1]
+    chat = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=120)
+
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask(chat)
+    assert refused.value.status_code == 503 and "failed verification" in str(refused.value)
+    assert serving.MANAGED.url == ""  # nothing was started with it
