@@ -332,7 +332,7 @@ def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     all_tasks = load_tasks(spec.task_paths)
     tasks = seeded_sample(all_tasks, config.sample_size, spec.seed)
     snapshot = snapshot_sha256(spec.task_paths)
-    policy = _policy(config.safety_policy)
+    policy = safety_policy(config.safety_policy)
     events.emit(LogEvent(f"evaluating {len(tasks)} of {len(all_tasks)} tasks (snapshot {snapshot[:12]}) "
                          f"on {spec.base_model}" + (f" + adapter {spec.adapter}" if spec.adapter else "")))
     runtime = open_runtime(spec.base_model, spec.adapter, config.backend, config.device, spec.seed)
@@ -351,7 +351,8 @@ def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     return _finish(spec, config, tasks, results, report, events)
 
 
-def _policy(path: str | None) -> SafetyPolicy:
+def safety_policy(path: str | None) -> SafetyPolicy:
+    """The safety policy file a config names, or the default; a SpecError naming a missing or bad file."""
     if path is None:
         return SafetyPolicy.default()
     try:

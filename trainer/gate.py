@@ -394,7 +394,7 @@ def evaluate_model(
     role: str,
 ) -> ModelResults:
     """One model's per-task results on the held-out and the regression tasks (one generation pass)."""
-    from trainer.evaluate import Evaluation, Prices, evaluate_tasks, execution_environment
+    from trainer.evaluate import Evaluation, Prices, evaluate_tasks, execution_environment, safety_policy
     from trainer.rollout import GenerationHooks
     from trainer.verifiers import get_verifier
 
@@ -413,20 +413,6 @@ def evaluate_model(
     results = [result.to_json() for result in evaluate_tasks(everything, evaluation, eval_config.sampling(spec.seed),
                                                               hooks)]
     return {HELDOUT: results[: len(tasks.heldout)], REGRESSION: results[len(tasks.heldout):]}
-
-
-def safety_policy(path: str | None) -> Any:
-    from trainer.contracts import ContractError
-    from trainer.verifiers import SafetyPolicy
-
-    if path is None:
-        return SafetyPolicy.default()
-    try:
-        return SafetyPolicy.load(path)
-    except FileNotFoundError:
-        raise SpecError(f"safety policy not found: {path}") from None
-    except (ContractError, json.JSONDecodeError) as error:
-        raise SpecError(f"safety policy {path}: {error}") from None
 
 
 def gate_runtime(base_model: str, adapter: str | None, config: Config, seed: int) -> Any:
