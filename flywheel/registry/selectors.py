@@ -71,8 +71,11 @@ def live_pointer_for(*, agent_name: str) -> LivePointer | None:
 
 
 def deployment_history(*, agent: Agent) -> QuerySet[Deployment]:
-    return Deployment.objects.filter(agent=agent).select_related(
-        "from_version__agent", "to_version__agent", "actor", "gate_result"
+    # The history shows each gate's status; its per-task report can run to megabytes.
+    return (
+        Deployment.objects.filter(agent=agent)
+        .select_related("from_version__agent", "to_version__agent", "gate_result")
+        .defer("gate_result__report")
     )
 
 
@@ -100,7 +103,11 @@ def audit_trail(*, agent: Agent) -> QuerySet[AuditEvent]:
 
 
 def gate_results(*, version: ModelVersion) -> QuerySet[GateResult]:
-    return GateResult.objects.filter(candidate=version).select_related("job", "baseline__agent", "candidate__agent")
+    return (
+        GateResult.objects.filter(candidate=version)
+        .select_related("job", "baseline__agent", "candidate__agent")
+        .defer("report")  # the version page lists decisions; the gate's own page reads the report
+    )
 
 
 def gate_for_promotion(*, version: ModelVersion, baseline: ModelVersion | None) -> GateResult | None:

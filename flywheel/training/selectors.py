@@ -94,6 +94,11 @@ def metric_series(*, job: Job) -> Series:
     return dict(series)
 
 
+def metric_version(*, job: Job) -> str:
+    """Changes whenever the current attempt reports a metric point: the live charts redraw only then."""
+    return f"{job.attempts}:{MetricPoint.objects.filter(job=job, attempt=job.attempts).count()}"
+
+
 def latest_metrics(*, job: Job) -> dict[str, float]:
     return {name: points[-1][1] for name, points in metric_series(job=job).items()}
 

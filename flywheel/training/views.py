@@ -97,7 +97,8 @@ def _live_context(job: Job) -> dict[str, object]:
         "job": job,
         "progress": selectors.job_progress(job=job),
         "flags": selectors.job_flags(job=job),
-        "metrics": selectors.latest_metrics(job=job),
+        # Shown only where there are no charts; the charts' own poll reads the series.
+        "metrics": selectors.latest_metrics(job=job) if job.kind == JobKind.EVAL else {},
         "eval_run": eval_run,
         "eval_report": selectors.eval_report(run=eval_run) if eval_run else None,
         # Evaluations report once, at the end: their results page replaces training curves.
@@ -142,9 +143,14 @@ def job_samples(request: AuthedRequest, job_id: UUID) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def job_chart(request: AuthedRequest, job_id: UUID) -> JsonResponse:
+    """The charts' figures, or `unchanged` when the caller's `?version=` still holds (points only get added)."""
     job = get_object_or_404(Job, pk=job_id)
+    version = selectors.metric_version(job=job)
+    if request.GET.get("version") == version:
+        return JsonResponse({"unchanged": True, "version": version, "finished": job.is_finished})
     series = selectors.metric_series(job=job)
     body: dict[str, Any] = {
+        "version": version,
         "charts": [{"key": chart.key, "title": chart.title, "figure": charts.figure_json(chart.figure)}
                    for chart in charts.live_charts(series)],
         "points": sum(len(points) for points in series.values()),

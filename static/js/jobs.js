@@ -1,8 +1,9 @@
 // The job pages (templates/training/): live charts, static figures, the compare picker, the log tail.
 //
 // - #job-charts[data-url]: fetch the job's chart JSON ({charts: [{key, title, figure}], points,
-//   finished}) every two seconds and redraw each chart with Plotly.react until the job is finished;
-//   the total number of points goes on the container's data-points.
+//   version, finished}) every two seconds and redraw each chart with Plotly.react until the job is
+//   finished; the poll sends the version it drew, and an {unchanged: true} answer redraws nothing.
+//   The total number of points goes on the container's data-points.
 // - [data-figure="<id>"]: draw the figure in the <script type="application/json" id="<id>"> that
 //   Django's json_script wrote (compare and evaluation pages).
 // - [data-compare-form]: the Compare button is on once two or more jobs are ticked.
@@ -49,13 +50,16 @@
   }
 
   function poll(container) {
-    fetch(container.dataset.url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+    const url = new URL(container.dataset.url, window.location.href);
+    if (container.dataset.version) url.searchParams.set("version", container.dataset.version);
+    fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then((response) => {
         if (!response.ok) throw new Error(`chart: HTTP ${response.status}`);
         return response.json();
       })
       .then((body) => {
-        render(container, body);
+        if (!body.unchanged) render(container, body);
+        container.dataset.version = body.version;
         if (!body.finished) setTimeout(() => poll(container), POLL_MS);
       })
       .catch(() => setTimeout(() => poll(container), RETRY_MS));

@@ -172,9 +172,21 @@ def test_the_chart_json_counts_only_the_current_attempt_and_says_when_the_job_fi
 def test_the_chart_json_of_a_job_without_metrics_is_empty(client, make_user, tiny_train_snapshot):
     job = make_job(tiny_train_snapshot, state="queued")
     client.force_login(make_user(Role.VIEWER))
-    assert client.get(reverse("training:job_chart", args=[job.id])).json() == {
-        "charts": [], "points": 0, "finished": False
-    }  # fmt: skip
+    body = client.get(reverse("training:job_chart", args=[job.id])).json()
+    assert body == {"charts": [], "points": 0, "finished": False, "version": f"{job.attempts}:0"}
+
+
+def test_the_chart_json_answers_unchanged_until_a_point_arrives(client, make_user, tiny_train_snapshot):
+    job = make_job(tiny_train_snapshot)
+    add_points(job, {"reward/mean": [0.1, 0.2]})
+    client.force_login(make_user(Role.VIEWER))
+    url = reverse("training:job_chart", args=[job.id])
+    drawn = client.get(url).json()["version"]
+    assert client.get(url, {"version": drawn}).json() == {"unchanged": True, "version": drawn, "finished": False}
+
+    add_points(job, {"kl": [0.0]})
+    again = client.get(url, {"version": drawn}).json()
+    assert again["version"] != drawn and [chart["key"] for chart in again["charts"]] == ["reward", "kl"]
 
 
 # --- Samples -----------------------------------------------------------------------------------
