@@ -38,6 +38,7 @@ from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import queue_create
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS, make_adapter
+from tests.flywheel.test_permissions import _walk
 from tests.flywheel.triage.conftest import built_in_buckets  # noqa: F401  (a shared fixture)
 
 pytestmark = [
@@ -323,7 +324,7 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
         "name": AGENT, "number": 2, "token_id": None,
     }  # fmt: skip
     rendered, post_only = [], []
-    for name, pattern in pages():
+    for name, pattern in _walk(get_resolver().url_patterns):  # every pattern outside the admin
         kwargs = {key: objects[key] for key in pattern.pattern.converters}
         if None in kwargs.values() or getattr(pattern.callback, "is_api", False):
             continue  # a POST-only action on a row we keep, or JSON for machines
@@ -360,19 +361,3 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
     ]  # fmt: skip
     assert offline.blocked == [] and offline.errors == []
     context.close()
-
-
-def pages():
-    """(name, pattern) for every URL pattern outside Django's admin."""
-    found = []
-
-    def walk(patterns, namespace: str = "") -> None:
-        for entry in patterns:
-            if hasattr(entry, "url_patterns"):
-                if entry.app_name != "admin":
-                    walk(entry.url_patterns, f"{namespace}{entry.namespace}:" if entry.namespace else namespace)
-            else:
-                found.append((f"{namespace}{entry.name}", entry))
-
-    walk(get_resolver().url_patterns)
-    return found
