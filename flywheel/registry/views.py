@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlencode
 from uuid import UUID
 
 from django.contrib import messages
 from django.forms import Form
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
@@ -32,6 +30,7 @@ from flywheel.registry.forms import (
     expected_live_version,
 )
 from flywheel.registry.models import ModelVersion
+from flywheel.training.forms import launch_url
 from flywheel.training.models import JobKind
 
 
@@ -102,11 +101,11 @@ def version_detail(request: AuthedRequest, agent_name: str, number: int) -> Http
 def _train_further_url(version: ModelVersion) -> str:
     """The launch form, filled in to train this version's adapter further (GRPO, the guide's next step)."""
     fields = {"kind": JobKind.GRPO, "base_model": version.base_model, "agent": version.agent_id,
-              "adapter": str(selectors.adapter_location(version=version))}  # fmt: skip
+              "adapter": selectors.adapter_location(version=version)}  # fmt: skip
     job = version.training_job
     if job is not None:
-        fields |= {"snapshot": job.snapshot_id, "heldout_snapshot": job.heldout_snapshot_id or ""}
-    return f"{reverse('training:job_new')}?{urlencode(fields)}"
+        fields |= {"snapshot": job.snapshot_id, "heldout_snapshot": job.heldout_snapshot_id}
+    return launch_url(fields)
 
 
 def _heldout_of(version: ModelVersion) -> Any:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any, cast
+from urllib.parse import urlencode
 
 from django import forms
+from django.urls import reverse
 
 from flywheel.core.forms import JSONObjectField
 from flywheel.core.models import Agent
@@ -84,6 +86,12 @@ class JobLaunchForm(forms.Form):
             "adapter": data["adapter"], "agent": data["agent"] or data["snapshot"].agent,
             "hyperparameters": data["hyperparameters"], "heldout_snapshot": data["heldout_snapshot"],
         }  # fmt: skip
+
+
+def launch_url(fields: Mapping[str, object]) -> str:
+    """The launch form's address, pre-filled with `fields` (PREFILL_FIELDS; empty values left out)."""
+    query = urlencode({name: str(value) for name, value in fields.items() if value not in (None, "")})
+    return f"{reverse('training:job_new')}?{query}"
 
 
 def launch_initial(query: Mapping[str, str]) -> dict[str, str]:

@@ -29,6 +29,7 @@ from flywheel.training.forms import (
     JobLaunchForm,
     SampleFilterForm,
     launch_initial,
+    launch_url,
 )
 from flywheel.training.models import EvalRun, Job, JobKind, JobState
 
@@ -196,15 +197,14 @@ def recommended_launch_url(run: EvalRun) -> str | None:
         return None
     job = run.job
     params = {"kind": method, "base_model": job.base_model, "adapter": job.adapter,
-              "agent": str(job.agent_id or run.snapshot.agent_id or "")}  # fmt: skip
+              "agent": job.agent_id or run.snapshot.agent_id}  # fmt: skip
     if run.snapshot.split == Split.TRAIN:
-        params["snapshot"] = str(run.snapshot.pk)
+        params["snapshot"] = run.snapshot.pk
     else:
-        params["heldout_snapshot"] = str(run.snapshot.pk)
+        params["heldout_snapshot"] = run.snapshot.pk
         train = selectors.latest_train_snapshot(agent=run.snapshot.agent)
-        params["snapshot"] = str(train.pk) if train else ""
-    query = urlencode({key: value for key, value in params.items() if value})
-    return f"{reverse('training:job_new')}?{query}"
+        params["snapshot"] = train.pk if train else None
+    return launch_url(params)
 
 
 # --- API --------------------------------------------------------------------------------------
