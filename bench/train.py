@@ -8,8 +8,12 @@ command as the worker runs it (its own process, the protocol's events on stdout)
 step come from the steps after the first (the first includes warm-up) for both, read from the
 step timestamps. Prints the ratio ours / bare (target: at most 1.10); asserts nothing.
 
-Run: .venv/bin/python bench/train.py [--model demo|PATH] [--steps 10] [--generations 4] [--tokens 64]
-Default model: the tiny test model; `--model demo` measures SmolLM2-135M-Instruct.
+Run: .venv/bin/python bench/train.py [--model demo|PATH] [--tasks T.jsonl] [--steps 10] [--generations 4]
+[--tokens 64]
+Default model: the tiny test model; `--model demo` measures SmolLM2-135M-Instruct. Default tasks:
+trainer/examples/tiny_tasks.jsonl, whose long WorkBench prompts dominate a real model's step time;
+BFCL's shorter ones (`var/learning/data/bfcl_train.jsonl`, written by
+`python -m trainer.examples.learning.prepare`) make a steadier measure on the demo model.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ def hyperparameters(args: argparse.Namespace) -> dict:
 
 def ours(args: argparse.Namespace, folder: Path) -> list[float]:
     """Step times of the job command, from the arrival time of each step's first metric event."""
-    spec = {"kind": "grpo", "base_model": args.model, "task_paths": [str(TASKS)], "output_dir": str(folder / "ours"),
-            "seed": 0, "hyperparameters": hyperparameters(args)}
+    spec = {"kind": "grpo", "base_model": args.model, "task_paths": [str(args.tasks)],
+            "output_dir": str(folder / "ours"), "seed": 0, "hyperparameters": hyperparameters(args)}
     (folder / "run.json").write_text(json.dumps(spec))
     process = subprocess.Popen([sys.executable, "-m", "trainer", "grpo", "--spec", str(folder / "run.json")],
                                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -67,7 +71,7 @@ def bare(args: argparse.Namespace, folder: Path) -> list[float]:
     from trainer.prompts import render_prompt
     from trainer.verifiers import get_verifier
 
-    tasks = {task.id: task for task in load_tasks([str(TASKS)])}
+    tasks = {task.id: task for task in load_tasks([str(args.tasks)])}
     verifier = get_verifier("tool_call")
     loaded = load_model(args.model, "cpu")
 
@@ -105,6 +109,7 @@ def per_step(stamps: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(TINY_MODEL))
+    parser.add_argument("--tasks", type=Path, default=TASKS)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
@@ -112,7 +117,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         bare_step = per_step(bare(args, Path(folder)))
         ours_step = per_step(ours(args, Path(folder)))
-    print(f"model {args.model}, {args.steps} steps of {args.generations} generations x {args.tokens} tokens")
+    print(f"model {args.model}, tasks {args.tasks}, {args.steps} steps of {args.generations} generations x "
+          f"{args.tokens} tokens")
     print(f"bare TRL GRPOTrainer: {bare_step:.3f} s/step")
     print(f"python -m trainer grpo: {ours_step:.3f} s/step")
     print(f"ratio ours / bare: {ours_step / bare_step:.3f} (target: at most 1.10)")

@@ -323,6 +323,7 @@ class ProtocolCallbackBase:
         self.last_step_metrics: dict[str, float] = {}
         self._last_tokens: tuple[float, float] | None = None  # (time, tokens seen)
         self._evaluated_steps: set[int] = set()
+        self.first_step = 0  # a resumed attempt starts at its checkpoint's step
 
     def bind(self, model: Any) -> None:
         self.model = model
@@ -349,6 +350,7 @@ class ProtocolCallbackBase:
     # Trainer hooks (called by the TrainerCallback subclass) ------------------------------------
 
     def train_begin(self, step: int) -> None:
+        self.first_step = step
         if step == 0:  # a resumed run was evaluated at its start by the attempt that began it
             self.evaluate_heldout(step)
 
@@ -413,8 +415,8 @@ def as_trainer_callback(base: type[ProtocolCallbackBase]) -> Any:
     return ProtocolCallback
 
 
-def common_training_arguments(spec: RunSpec, *, device: str, checkpoint_interval: int,
-                              max_steps: int) -> dict[str, Any]:
+def common_training_arguments(spec: RunSpec, *, device: str, checkpoint_interval: int, max_steps: int,
+                              gradient_checkpointing: bool) -> dict[str, Any]:
     """Trainer arguments both jobs use: checkpoints in our layout, logs every step, no hub, no tqdm."""
     return {
         "output_dir": str(Path(spec.output_dir) / CHECKPOINTS),
@@ -431,6 +433,7 @@ def common_training_arguments(spec: RunSpec, *, device: str, checkpoint_interval
         "fp16": False,
         "remove_unused_columns": False,
         "dataloader_num_workers": 0,
+        "gradient_checkpointing": gradient_checkpointing,
     }
 
 
@@ -442,8 +445,11 @@ def save_final(model: Any, spec: RunSpec, manifest: ManifestInfo, metrics: dict[
 
 
 def final_metrics(callback: ProtocolCallbackBase, steps: int, seconds: float) -> dict[str, Any]:
+    """`steps` is the run's last step; `seconds` and `seconds_per_step` are this attempt's, which a resumed
+    attempt began at `callback.first_step`."""
+    ran = steps - callback.first_step
     metrics: dict[str, Any] = {"steps": steps, "seconds": round(seconds, 1),
-                               "seconds_per_step": round(seconds / steps, 3) if steps else None}
+                               "seconds_per_step": round(seconds / ran, 3) if ran > 0 else None}
     metrics.update({f"train/{name}": value for name, value in callback.last_step_metrics.items()})
     for name in HELDOUT_METRICS:
         value = rate_value(callback.last_heldout, name)

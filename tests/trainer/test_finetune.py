@@ -67,11 +67,13 @@ def test_sft_trains_an_adapter_and_reports_it(tmp_path, capfd):
     assert done["metrics"]["steps"] == 3 and "heldout/correct_arguments_rate" in done["metrics"]
 
 
-def test_sft_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, monkeypatch):
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_sft_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, monkeypatch, checkpointing):
     trained = spy_on_final_model(monkeypatch)
-    code, events = run_in_process("sft", spec_file(tmp_path, "sft"), capfd)
+    code, events = run_in_process("sft", spec_file(tmp_path, "sft", gradient_checkpointing=checkpointing), capfd)
     assert code == 0, events[-1]
     assert_only_lora_changed(trained["model"])
+    assert trained["model"].is_activation_checkpointing is checkpointing
 
 
 def test_grpo_reports_rewards_per_component_held_out_metrics_samples_and_checkpoints(tmp_path, capfd):
@@ -91,15 +93,18 @@ def test_grpo_reports_rewards_per_component_held_out_metrics_samples_and_checkpo
     verify_adapter(done["files"]["adapter_dir"])
 
 
-def test_grpo_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, monkeypatch):
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_grpo_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, monkeypatch, checkpointing):
     # The tiny random model's completions all score alike, which gives GRPO no advantage to follow;
     # rewarding length gives the groups a spread, so the step has a gradient.
     monkeypatch.setattr(grpo.TaskReward, "__call__", rewarded_by_length)
     trained = spy_on_final_model(monkeypatch)
-    code, events = run_in_process("grpo", spec_file(tmp_path, "grpo", eval_interval=0, checkpoint_interval=0), capfd)
+    spec = spec_file(tmp_path, "grpo", eval_interval=0, checkpoint_interval=0, gradient_checkpointing=checkpointing)
+    code, events = run_in_process("grpo", spec, capfd)
     assert code == 0, events[-1]
     assert any(e["name"] == "grad_norm" and e["value"] > 0 for e in events if e["event"] == "metric")
     assert_only_lora_changed(trained["model"])
+    assert trained["model"].is_activation_checkpointing is checkpointing
 
 
 def rewarded_by_length(self, prompts, completions, task_id, **_):
@@ -217,7 +222,10 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues_from_it(tmp_path):
     assert any("resuming from" in e.get("message", "") for e in events if e["event"] == "log")
     steps = sorted({e["step"] for e in events if e["event"] == "metric"})
     assert steps == [stopped_at + 1, stopped_at + 2], [e for e in events if e.get("step") == stopped_at]
-    assert events[-1]["metrics"]["steps"] == stopped_at + 2
+    metrics = events[-1]["metrics"]
+    assert metrics["steps"] == stopped_at + 2
+    # this attempt ran 2 steps: its time per step is over those, not over the run's stopped_at + 2
+    assert metrics["seconds_per_step"] == pytest.approx(metrics["seconds"] / 2, abs=0.06)
 
 
 @pytest.mark.slow

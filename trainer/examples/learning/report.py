@@ -27,7 +27,9 @@ EVAL_STAGES = (
     ("SFT", "sft-eval"),
     ("GRPO step 4 checkpoint", "grpo-ckpt4-eval"),
     ("GRPO", "grpo-eval"),
+    ("GRPO on unsolved train prompts, 8 generations", "grpo-unsolved-eval"),
 )
+TRAINING_STAGES = ("sft", "grpo", "grpo-unsolved")
 RATES = ("valid_json", "correct_tool", "correct_arguments", "execution_success", "unsafe_action", "verifier_pass")
 PAIRED = ("valid_json", "correct_tool", "correct_arguments", "execution_success", "verifier_pass", "reward")
 
@@ -78,7 +80,8 @@ def per_task(runs: Path, dataset: str, suffix: str) -> dict[str, dict[str, Any]]
 def paired_table(runs: Path, dataset: str) -> list[str]:
     lines = ["| comparison | " + " | ".join(PAIRED) + " |", "|" + "---|" * (len(PAIRED) + 1)]
     pairs = (("SFT - base", "sft-eval", "baseline"), ("GRPO - SFT", "grpo-eval", "sft-eval"),
-             ("GRPO - base", "grpo-eval", "baseline"))  # fmt: skip
+             ("GRPO - base", "grpo-eval", "baseline"),
+             ("GRPO on unsolved - SFT", "grpo-unsolved-eval", "sft-eval"))  # fmt: skip
     for label, after_name, before_name in pairs:
         after, before = per_task(runs, dataset, after_name), per_task(runs, dataset, before_name)
         ids = sorted(set(after) & set(before))
@@ -221,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "",
         ]
         out += [f"### {dataset}: training", ""]
-        for stage in ("sft", "grpo"):
+        for stage in TRAINING_STAGES:
             out += training_summary(args.runs, f"{dataset}-{stage}")
     out += ["## Wall time per stage", "", *stage_times(args.runs), ""]
     print("\n".join(out))

@@ -1,0 +1,53 @@
+"""The CPU learning run's files: every spec is a valid job spec, and the unsolved-task filter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.tiny_model import REPO_ROOT
+from trainer import evaluate, grpo, sft
+from trainer.contracts import Task
+from trainer.examples.learning import unsolved
+from trainer.jobs import config_from_json, load_spec
+
+LEARNING = REPO_ROOT / "trainer" / "examples" / "learning"
+CONFIGS = {"eval": evaluate.EvalConfig, "sft": sft.Config, "grpo": grpo.Config}
+
+
+@pytest.mark.parametrize("path", sorted(LEARNING.glob("*.json")), ids=lambda path: path.name)
+def test_every_learning_spec_is_a_valid_job_spec_writing_under_var_learning(path):
+    kind = json.loads(path.read_text())["kind"]
+    spec = load_spec(path, kind)
+    config_from_json(CONFIGS[kind], spec.hyperparameters, path.name)
+    runs = (REPO_ROOT / "var" / "learning" / "runs").resolve()
+    assert Path(spec.output_dir).resolve().parent == runs
+    assert all(Path(task_path).resolve().parent == runs.parent / "data" for task_path in spec.task_paths)
+
+
+def task(identifier: str) -> Task:
+    return Task.from_json({"id": identifier, "messages": [{"role": "user", "content": f"request {identifier}"}],
+                           "tools": [], "expected_calls": [{"name": "f", "arguments": {}}]})
+
+
+def test_unsolved_keeps_the_failed_tasks_in_the_train_files_order():
+    tasks = [task("a"), task("b"), task("c")]
+    results = {"c": {"verifier_pass": False}, "a": {"verifier_pass": False}, "b": {"verifier_pass": True}}
+    assert [kept.id for kept in unsolved.unsolved(tasks, results)] == ["a", "c"]
+
+
+def test_unsolved_refuses_results_of_another_or_a_cut_short_evaluation():
+    tasks = [task("a"), task("b")]
+    with pytest.raises(SystemExit, match=r"1 without a result \['b'\], 1 results of other tasks \['z'\]"):
+        unsolved.unsolved(tasks, {"a": {"verifier_pass": False}, "z": {"verifier_pass": False}})
+
+
+def test_unsolved_command_writes_a_task_file_the_jobs_read(tmp_path, capsys):
+    tasks_path, results_path, out = tmp_path / "train.jsonl", tmp_path / "results.jsonl", tmp_path / "hard.jsonl"
+    tasks_path.write_text("".join(task(i).to_json_line() + "\n" for i in ("a", "b")))
+    results_path.write_text("".join(json.dumps({"task_id": i, "verifier_pass": i == "a"}) + "\n" for i in ("a", "b")))
+    assert unsolved.main(["--tasks", str(tasks_path), "--results", str(results_path), "--out", str(out)]) == 0
+    assert [kept.id for kept in evaluate.load_tasks([str(out)])] == ["b"]
+    assert "1 of 2 train tasks unsolved" in capsys.readouterr().out
