@@ -18,6 +18,7 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
@@ -99,16 +100,25 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 def run_attempt(job: Job) -> Job:
     folder = attempt_dir(job)
-    spec_path = write_spec(job, folder)
     stderr_path = folder / "stderr.log"
-    command = [*settings.TRAINER_COMMAND, job.kind, "--spec", str(spec_path)]
-    with stderr_path.open("w") as stderr:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True, cwd=folder,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())},
-        )  # fmt: skip
+    with ExitStack() as stack:
+        try:
+            command = [*settings.TRAINER_COMMAND, job.kind, "--spec", str(write_spec(job, folder))]
+            stderr = stack.enter_context(stderr_path.open("w"))
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True, cwd=folder,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())},
+            )  # fmt: skip
+        except OSError as error:
+            # No trainer runs, so no heartbeat would follow: end the attempt with the reason now instead
+            # of leaving the reaper to retry it later as a lost worker.
+            return services.job_not_started(job=job, reason=f"the trainer could not start: {error}")
         services.job_started(job=job, run_dir=str(folder), pid=process.pid)
-        cancelled = _relay(job, process)
+        try:
+            cancelled = _relay(job, process)
+        except BaseException:
+            _stop(process)  # the attempt is lost (the database went away, say): leave no trainer behind
+            raise
     stderr_tail = stderr_path.read_bytes()[-STDERR_TAIL_BYTES:].decode(errors="replace")
     return services.job_finish(job=job, exit_code=process.returncode, stderr_tail=stderr_tail, cancelled=cancelled)
 

@@ -128,6 +128,12 @@ def job_run(*, job_id: Any, worker: str) -> Job | None:
     return run_attempt(job)
 
 
+def job_not_started(*, job: Job, reason: str) -> Job:
+    """End a claimed attempt whose trainer could not start (a full disk, a wrong TRAINER_COMMAND): failed, with why."""
+    job_event_store(job=job, event=ErrorEvent(message=reason, kind="not_started"))
+    return job_finish(job=job, exit_code=None, stderr_tail="", cancelled=False)
+
+
 def job_heartbeat(*, job: Job) -> bool:
     """Record that the attempt is alive; whether a cancel was requested meanwhile."""
     Job.objects.filter(pk=job.pk, state=JobState.RUNNING).update(heartbeat_at=timezone.now())

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import OperationalError
 from django.urls import reverse
 
 from flywheel.core.roles import Role
@@ -16,6 +18,7 @@ from flywheel.datasets.importers import read
 from flywheel.datasets.services import snapshot_create, tasks_import
 from flywheel.training import services
 from flywheel.training.models import EvalRun, Job, MetricPoint, Sample
+from flywheel.training.tasks import run_job
 from tests.flywheel.training.conftest import TINY_MODEL, TINY_TASKS, alive, pids_of, scripted_env, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -139,6 +142,44 @@ def test_a_job_out_of_attempts_ends_failed_with_the_reason(trainer_token, tiny_s
     services.jobs_reap()
     job.refresh_from_db()
     assert job.state == "failed" and "worker lost after 3 attempt(s)" in job.error
+
+
+def test_a_trainer_that_cannot_start_fails_the_attempt_with_the_reason(tiny_snapshot, settings, tmp_path):
+    settings.TRAINER_COMMAND = [str(tmp_path / "no-such-trainer")]
+    job = Job.objects.create(kind="eval", snapshot=tiny_snapshot, base_model="x")
+    services.job_run(job_id=job.pk, worker="w")
+    job.refresh_from_db()
+    assert job.state == "failed" and job.attempts == 1 and job.finished_at is not None
+    assert job.error.startswith("not_started: the trainer could not start: [Errno 2]"), job.error
+
+
+def test_an_attempt_lost_while_relaying_leaves_no_trainer_behind(tiny_snapshot, settings, monkeypatch):
+    settings.TRAINER_COMMAND = [sys.executable, "-c", "import time; time.sleep(120)"]
+    started = {}
+    monkeypatch.setattr(services, "job_started", lambda *, job, run_dir, pid: started.update(pid=pid))
+
+    def heartbeat_without_a_database(*, job):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(services, "job_heartbeat", heartbeat_without_a_database)
+    job = Job.objects.create(kind="eval", snapshot=tiny_snapshot, base_model="x")
+    with pytest.raises(OperationalError):
+        services.job_run(job_id=job.pk, worker="w")
+    assert started["pid"] and not alive(started["pid"])
+
+
+def test_a_database_error_before_the_claim_retries_the_task_instead_of_stranding_the_job(monkeypatch):
+    real_claim, calls = services.job_claim, []
+
+    def claim_after_a_restart(**kwargs):
+        calls.append(kwargs["job_id"])
+        if len(calls) == 1:
+            raise OperationalError("the database system is starting up")
+        return real_claim(**kwargs)
+
+    monkeypatch.setattr(services, "job_claim", claim_after_a_restart)
+    run_job.apply(args=["00000000-0000-0000-0000-000000000000"])  # no such job: the second claim finds none
+    assert calls == ["00000000-0000-0000-0000-000000000000"] * 2
 
 
 def test_a_duplicate_delivery_does_not_start_a_second_run(
