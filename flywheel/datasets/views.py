@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from uuid import UUID
 
@@ -14,6 +13,7 @@ from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
 from flywheel.core.services import audit_record
+from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets import selectors, services
 from flywheel.datasets.conversion import task_draft
 from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
@@ -51,8 +51,8 @@ def task_edit(request: AuthedRequest, task_id: UUID) -> HttpResponse:
     task = get_object_or_404(RegressionTask, pk=task_id)
     initial = {
         "split": task.split,
-        "messages": json.dumps(task.content["messages"], indent=2, ensure_ascii=False),
-        "expected_calls": json.dumps(task.content["expected_calls"], indent=2, ensure_ascii=False),
+        "messages": pretty_json(task.content["messages"]),
+        "expected_calls": pretty_json(task.content["expected_calls"]),
         "no_call_expected": task.content["no_call_expected"],
         "order_sensitive": task.content["order_sensitive"],
     }
@@ -68,10 +68,6 @@ def task_edit(request: AuthedRequest, task_id: UUID) -> HttpResponse:
         else:
             return redirect("datasets:task_detail", task_id=task.id)
     return render(request, "datasets/task_edit.html", {"task": task, "form": form})
-
-
-def _pretty(value: object) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def _save_written(request: AuthedRequest, form: TaskWriteForm, agent: Agent | None, origin: services.TaskOrigin):
@@ -94,7 +90,7 @@ def _save_written(request: AuthedRequest, form: TaskWriteForm, agent: Agent | No
 @permission_required(Perm.EDIT_TASKS)
 def task_new(request: AuthedRequest) -> HttpResponse:
     form = TaskWriteForm(
-        request.POST or None, initial={"messages": _pretty([{"role": "user", "content": ""}]), "tools": "[]"}
+        request.POST or None, initial={"messages": pretty_json([{"role": "user", "content": ""}]), "tools": "[]"}
     )
     saved = _save_written(request, form, None, services.TaskOrigin(source_kind=SourceKind.MANUAL))
     return saved or render(request, "datasets/task_new.html", {"form": form})
@@ -110,9 +106,9 @@ def task_from_trajectory(request: AuthedRequest, trajectory_id: UUID) -> HttpRes
         raise Http404(str(exc)) from exc
     initial = {
         "external_id": f"{trajectory.external_id or trajectory.id}@step{draft.step_index}",
-        "messages": _pretty(draft.messages),
-        "tools": _pretty(draft.tools),
-        "expected_calls": _pretty(draft.expected_calls()),
+        "messages": pretty_json(draft.messages),
+        "tools": pretty_json(draft.tools),
+        "expected_calls": pretty_json(draft.expected_calls()),
     }
     form = TaskWriteForm(request.POST or None, initial=initial)
     origin = services.TaskOrigin(
@@ -123,7 +119,7 @@ def task_from_trajectory(request: AuthedRequest, trajectory_id: UUID) -> HttpRes
         "form": form,
         "trajectory": trajectory,
         "draft": draft,
-        "suggested": [_pretty([c]) for c in draft.suggested_calls],
+        "suggested": [pretty_json([c]) for c in draft.suggested_calls],
     }
     return saved or render(request, "datasets/task_from_trajectory.html", context)
 

@@ -13,7 +13,7 @@ from flywheel.core.models import Agent, AuditEvent
 from flywheel.ingest.models import Outcome, Trajectory
 from flywheel.registry import storage
 from flywheel.registry.models import Deployment, GatePolicy, GateResult, GateStatus, LivePointer, ModelVersion
-from flywheel.training.selectors import metric_series
+from flywheel.training.selectors import EVAL_RATES, metric_series
 from trainer.gate import Policy
 
 TAG = re.compile(r"^(?P<agent>[-\w]+):v(?P<number>\d+)$")
@@ -197,8 +197,7 @@ def failures_by_version(*, agent: Agent) -> list[VersionFailures]:
 
 # --- The baseline-vs-tuned comparison ---------------------------------------------------------
 
-COMPARED_RATES = ("valid_json_rate", "correct_tool_rate", "correct_arguments_rate", "execution_success_rate",
-                  "unsafe_action_rate", "verifier_pass_rate")  # fmt: skip
+COMPARED_RATES = tuple(name for name, _label in EVAL_RATES if name.endswith("_rate"))
 COMPARED_NUMBERS = ("latency_p50_s", "latency_p95_s", "prompt_tokens_per_task", "completion_tokens_per_task",
                     "cost_per_task")  # fmt: skip
 

@@ -8,7 +8,6 @@ permission matrix gives each endpoint one permission.
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Iterator
 from uuid import UUID
 
@@ -20,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.roles import Perm
+from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.dashboards.charts import figure_html
 from flywheel.datasets.models import TaskSetSnapshot
 from flywheel.rewards import charts, selectors, services
@@ -45,7 +45,7 @@ def _new_initial(request: AuthedRequest) -> dict[str, object]:
     snapshot_id = _uuid_or_none(request.GET.get("snapshot", ""))
     snapshot = TaskSetSnapshot.objects.filter(pk=snapshot_id).first() if snapshot_id else None
     policy = selectors.default_policy(agent_id=snapshot.agent_id if snapshot else None)
-    return {"snapshot": snapshot, "policy": _pretty(policy)}
+    return {"snapshot": snapshot, "policy": pretty_json(policy)}
 
 
 @permission_required(Perm.LAUNCH_JOBS)
@@ -113,7 +113,7 @@ def output_mark(request: AuthedRequest, run_id: UUID, output_id: int) -> HttpRes
 @permission_required(Perm.LAUNCH_JOBS)
 def run_reverify(request: AuthedRequest, run_id: UUID) -> HttpResponse:
     run = _run(run_id)
-    initial = {"verifier": run.verifier, "environment": run.environment, "policy": _pretty(run.policy)}
+    initial = {"verifier": run.verifier, "environment": run.environment, "policy": pretty_json(run.policy)}
     form = ScoringForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
@@ -147,10 +147,6 @@ def run_compare(request: AuthedRequest, run_id: UUID) -> HttpResponse:
         "before": selectors.run_summary(run=base), "after": selectors.run_summary(run=other),
     }  # fmt: skip
     return render(request, "rewards/run_compare.html", context)
-
-
-def _pretty(value: object) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False)
 
 
 def _uuid_or_none(text: str) -> UUID | None:

@@ -182,13 +182,21 @@ def planned_steps(job: Job) -> tuple[int | None, bool]:
     return None, False
 
 
-def _trainer_defaults(kind: str) -> dict[str, Any]:
-    """The defaults of the trainer's config for `kind`, which a job's hyperparameters override."""
+def trainer_config_class(kind: str) -> type:
+    """The trainer's typed config for a job of `kind`: what its hyperparameters are checked against."""
+    from trainer.evaluate import EvalConfig
+    from trainer.gate import Config as GateConfig
     from trainer.grpo import Config as GrpoConfig
     from trainer.sft import Config as SftConfig
 
-    config_class = GrpoConfig if kind == JobKind.GRPO else SftConfig
-    return {item.name: item.default for item in fields(config_class) if item.default is not MISSING}
+    return {
+        JobKind.EVAL: EvalConfig, JobKind.SFT: SftConfig, JobKind.GRPO: GrpoConfig, JobKind.GATE: GateConfig,
+    }[JobKind(kind)]  # fmt: skip
+
+
+def _trainer_defaults(kind: str) -> dict[str, Any]:
+    """The defaults of the trainer's config for `kind`, which a job's hyperparameters override."""
+    return {item.name: item.default for item in fields(trainer_config_class(kind)) if item.default is not MISSING}
 
 
 def eta_seconds(*, first: tuple[int, datetime], last: tuple[int, datetime], total: int) -> float | None:

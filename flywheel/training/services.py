@@ -22,6 +22,7 @@ from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.training.models import FINISHED_STATES, EvalRun, Job, JobKind, JobState, MetricPoint, Sample
+from flywheel.training.selectors import trainer_config_class
 from flywheel.training.signals import job_finished
 from trainer.contracts import CheckpointEvent, DoneEvent, ErrorEvent, JobEvent, LogEvent, MetricEvent, SampleEvent
 
@@ -76,18 +77,11 @@ def job_launch(
 
 def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:
     """The trainer's own typed config rejects what the job would reject, before anything is queued."""
-    from trainer.evaluate import EvalConfig
-    from trainer.gate import Config as GateConfig
-    from trainer.grpo import Config as GrpoConfig
     from trainer.jobs import SpecError, config_from_json
-    from trainer.sft import Config as SftConfig
 
-    config_class = {
-        JobKind.EVAL: EvalConfig, JobKind.SFT: SftConfig, JobKind.GRPO: GrpoConfig, JobKind.GATE: GateConfig,
-    }[JobKind(kind)]  # fmt: skip
     fields = {key: value for key, value in hyperparameters.items() if key != "seed"}
     try:
-        config_from_json(config_class, fields, f"{kind} hyperparameters")
+        config_from_json(trainer_config_class(kind), fields, f"{kind} hyperparameters")
     except SpecError as error:
         raise LaunchRefused(str(error)) from None
 

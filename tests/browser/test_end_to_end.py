@@ -12,7 +12,6 @@ tiny model; the chat endpoint starts a real `python -m trainer serve`.
 from __future__ import annotations
 
 import json
-import os
 import time
 from urllib.parse import urlparse
 
@@ -36,6 +35,7 @@ from flywheel.training.models import Job, JobState
 from flywheel.triage.models import BucketAssignment, Suggestion
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import queue_create
+from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS, make_adapter
 from tests.flywheel.test_permissions import _walk
@@ -49,7 +49,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("built_in_buckets"),
 ]
-SHOTS = os.environ.get("FLYWHEEL_SCREENSHOTS")  # a folder: save what each role saw, for a person to look at
 AGENT = "support-bot"
 TINY_GRPO = {"max_steps": 2, "num_generations": 2, "max_completion_length": 16, "learning_rate": 1e-3,
              "eval_interval": 0, "checkpoint_interval": 0, "device": "cpu"}  # fmt: skip
@@ -79,11 +78,6 @@ def production_trajectories() -> str:
     records = [record(1, "success", "calculate_triangle_area"), record(2, "failure", "calculate_circle_area"),
                record(3, "success", "calculate_triangle_area")]  # fmt: skip
     return "".join(json.dumps(r) + "\n" for r in records)
-
-
-def shot(page, name: str) -> None:
-    if SHOTS:
-        page.screenshot(path=f"{SHOTS}/{name}.png", full_page=True)
 
 
 def ticked(page) -> list[str]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from flywheel.core.roles import Role
 from flywheel.registry import selectors
 from flywheel.registry.models import Deployment
+from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import adapters as adapters  # noqa: F401
 from tests.flywheel.registry.conftest import agent as agent  # noqa: F401
@@ -19,12 +18,6 @@ from tests.flywheel.registry.gate_reports import WINNING, gate_files
 from tests.flywheel.registry.test_services import finished_gate
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-SHOTS = os.environ.get("FLYWHEEL_SCREENSHOTS")  # a folder: save what the approver saw, for a person to look at
-
-
-def shot(page, name: str) -> None:
-    if SHOTS:
-        page.screenshot(path=f"{SHOTS}/{name}.png", full_page=True)
 
 
 def test_an_approver_promotes_on_a_passed_gate_then_rolls_back_and_the_history_has_both(

@@ -5,24 +5,18 @@ reads the comparison."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from flywheel.core.roles import Role
 from flywheel.rewards.models import Mark, ProfiledOutput, ProfileRun
+from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.rewards.conftest import STRICT_POLICY, outputs_lines
 from tests.flywheel.rewards.conftest import bfcl_many as bfcl_many  # noqa: F401  (a shared fixture)
 from tests.flywheel.rewards.conftest import fast_password_hashing as fast_password_hashing  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-SCREENSHOTS = os.environ.get("FLYWHEEL_SCREENSHOTS")  # a folder: save what the test saw, for people
-
-
-def shot(page, name: str) -> None:
-    if SCREENSHOTS:
-        page.screenshot(path=os.path.join(SCREENSHOTS, f"{name}.png"), full_page=False)
 
 
 def rate(page) -> str:
@@ -51,7 +45,7 @@ def test_a_trainer_profiles_100_outputs_marks_them_and_reverifies_under_a_strict
     assert page.get_by_text("Reward over 100 outputs").is_visible()
     assert page.locator(".js-plotly-plot").count() == 2  # the histogram and the components drawn by plotly.js
     assert rate(page) == "—"
-    shot(page, "rewards-profile")
+    shot(page, "rewards-profile", full_page=False)
     page.wait_for_load_state()  # rewards.js (deferred) has bound its keys
 
     # Mark with the keyboard: agree, agree, then a note and disagree on the third.
@@ -76,7 +70,7 @@ def test_a_trainer_profiles_100_outputs_marks_them_and_reverifies_under_a_strict
     page.wait_for_function("document.querySelector('[data-agreement-rate]').innerText === '50%'")
     page.wait_for_selector(f"#output-{fourth_id}.disagreed.current")  # the swapped-in row stays the current one
     assert "2 agree, 2 disagree" in page.locator("#agreement").inner_text()
-    shot(page, "rewards-profile-marked")
+    shot(page, "rewards-profile-marked", full_page=False)
     marks = {mark.output_id: (mark.verdict, mark.note) for mark in Mark.objects.all()}
     assert marks[ids[0]] == marks[ids[1]] == ("agree", "")
     assert marks[ids[2]] == ("disagree", "the wrong tool still earned the arguments part")
@@ -98,7 +92,7 @@ def test_a_trainer_profiles_100_outputs_marks_them_and_reverifies_under_a_strict
     assert changed > 0 and page.locator("[data-changed-output]").count() == changed
     assert page.locator("[data-same-outputs]").inner_text() == "yes"
     assert page.get_by_text("newly broken: denied-tool").first.is_visible()
-    shot(page, "rewards-comparison")
+    shot(page, "rewards-comparison", full_page=False)
     after = list(child.outputs.order_by("position").values_list("output", "reward"))
     assert [output for output, _ in after] == [output for output, _ in before]
     assert sum(1 for (_, old), (_, new) in zip(before, after, strict=True) if old != new) == changed

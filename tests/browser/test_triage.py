@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 
 import pytest
@@ -16,6 +15,7 @@ from flywheel.ingest.services import IngestOptions, stream_ingest
 from flywheel.triage import selectors, services
 from flywheel.triage.models import BucketAssignment, Review, ReviewState
 from flywheel.triage.selectors import TriageFilters
+from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.triage.conftest import TAU, built_in_buckets  # noqa: F401  (a shared fixture)
 
@@ -24,12 +24,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("built_in_buckets"),
 ]
-SCREENSHOTS = os.environ.get("FLYWHEEL_SCREENSHOTS")  # a folder: save what the test saw, for people
-
-
-def shot(page, name: str) -> None:
-    if SCREENSHOTS:
-        page.screenshot(path=os.path.join(SCREENSHOTS, f"{name}.png"), full_page=False)
 
 
 @pytest.fixture
@@ -69,7 +63,7 @@ def test_a_reviewer_triages_three_trajectories_with_the_keyboard(page, live_serv
     page.keyboard.press("m")
     page.keyboard.press("3")
     assert page.locator(f"#step-{marked_step} .bucket-chip.on-step").inner_text() == "Bad planning"
-    shot(page, "triage-review-keyboard")
+    shot(page, "triage-review-keyboard", full_page=False)
     page.keyboard.press("Enter")
     wait_for_trajectory(page, expected[1])
     timings.append(time.monotonic() - started)
@@ -114,7 +108,7 @@ def test_a_reviewer_triages_three_trajectories_with_the_keyboard(page, live_serv
     page.goto(f"{live_server.url}/")
     bars = page.evaluate("document.querySelector('.plotly-graph-div').data[0].x")
     assert bars[:7] == [0, 0, 1, 0, 1, 1, 0]  # bucketed per bucket, in position order
-    shot(page, "triage-home-chart")
+    shot(page, "triage-home-chart", full_page=False)
 
 
 def test_undo_with_nothing_left_to_undo_reopens_the_trajectory_just_saved(
