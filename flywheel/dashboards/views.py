@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 
 from flywheel.core import selectors as core_selectors
 from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.charts import figure_html
 from flywheel.core.roles import Perm
 from flywheel.dashboards import charts
 from flywheel.dashboards import selectors as dashboard_selectors
@@ -28,7 +29,7 @@ def home(request: AuthedRequest) -> HttpResponse:
         "tasks": dashboard_selectors.task_counts(),
         "jobs": dashboard_selectors.job_counts(),
         "live_versions": dashboard_selectors.live_versions(),
-        "bucket_chart": charts.figure_html(charts.bucket_chart(dashboard_selectors.failures_by_bucket())),
+        "bucket_chart": figure_html(charts.bucket_chart(dashboard_selectors.failures_by_bucket())),
         "roles": core_selectors.user_role_names(user=request.user),
         "recent_events": core_selectors.audit_event_list()[:10] if can_audit else None,
     }
@@ -43,7 +44,7 @@ def index(request: AuthedRequest) -> HttpResponse:
         charts.group_chart(dashboard_selectors.failures_by_model_version(), title="Failures per model version"),
         charts.day_chart(dashboard_selectors.failures_by_day()),
     ]
-    return render(request, "dashboards/index.html", {"charts": [charts.figure_html(figure) for figure in figures]})
+    return render(request, "dashboards/index.html", {"charts": [figure_html(figure) for figure in figures]})
 
 
 @permission_required(Perm.MANAGE)

@@ -17,9 +17,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.charts import figure_html
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Perm
-from flywheel.dashboards.charts import figure_html
 from flywheel.registry import charts, selectors, services, serving, storage
 from flywheel.registry.forms import (
     GateLaunchForm,

@@ -1,18 +1,16 @@
 """Plotly figures for reward profiling: pure functions from selector data to a `go.Figure`.
 
-Views embed them with `flywheel.dashboards.charts.figure_html` (`include_plotlyjs=False`; the
-page loads the vendored plotly.js). Run labels carry policy names people typed, and plotly
-reads a little HTML in labels, so labels are escaped here.
+Labels, look and embedding are `flywheel.core.charts`'s.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from flywheel.core.charts import error_bars, label, layout
 from flywheel.rewards.selectors import ComponentStat
 
 BIN_SIZE = 0.1
@@ -20,18 +18,8 @@ REWARD_COLOUR = "#3b5bdb"
 OTHER_COLOUR = "#e67700"
 
 
-def _layout(figure: go.Figure, title: str, *, empty: bool, height: int = 280) -> go.Figure:
-    figure.update_layout(
-        title={"text": html.escape(title, quote=False), "x": 0, "font": {"size": 14}},
-        template="plotly_white",
-        autosize=True,
-        height=height,
-        margin={"l": 40, "r": 10, "t": 40, "b": 40},
-        legend={"orientation": "h", "y": -0.25},
-    )
-    if empty:
-        figure.add_annotation(text="No outputs", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-    return figure
+def _layout(figure: go.Figure, title: str, *, empty: bool) -> go.Figure:
+    return layout(figure, title, empty=empty, height=280, empty_text="No outputs")
 
 
 def _bins(rewards: Sequence[float]) -> dict[str, float]:
@@ -52,13 +40,9 @@ def components_chart(stats: Sequence[ComponentStat]) -> go.Figure:
     """The mean of each reward component, with its range over the outputs as the error bar."""
     figure = go.Figure(
         go.Bar(
-            x=[html.escape(stat.name, quote=False) for stat in stats],
+            x=[label(stat.name) for stat in stats],
             y=[stat.mean for stat in stats],
-            error_y={
-                "type": "data", "symmetric": False,
-                "array": [stat.maximum - stat.mean for stat in stats],
-                "arrayminus": [stat.mean - stat.minimum for stat in stats],
-            },
+            error_y=error_bars([(stat.mean, stat.minimum, stat.maximum) for stat in stats]),
             marker_color=REWARD_COLOUR,
             hovertemplate="%{x}: mean %{y:.3f}<extra></extra>",
         )
@@ -72,9 +56,9 @@ def comparison_histogram(base: Sequence[float], other: Sequence[float], labels: 
     bins = _bins([*base, *other])
     figure = go.Figure(
         [
-            go.Histogram(x=list(base), xbins=bins, name=html.escape(labels[0], quote=False),
+            go.Histogram(x=list(base), xbins=bins, name=label(labels[0]),
                          marker_color=REWARD_COLOUR, opacity=0.6),
-            go.Histogram(x=list(other), xbins=bins, name=html.escape(labels[1], quote=False),
+            go.Histogram(x=list(other), xbins=bins, name=label(labels[1]),
                          marker_color=OTHER_COLOUR, opacity=0.6),
         ]
     )  # fmt: skip

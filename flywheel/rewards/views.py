@@ -18,9 +18,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.charts import figure_html
 from flywheel.core.roles import Perm
 from flywheel.core.templatetags.flywheel import pretty_json
-from flywheel.dashboards.charts import figure_html
 from flywheel.datasets.models import TaskSetSnapshot
 from flywheel.rewards import charts, selectors, services
 from flywheel.rewards.forms import MarkForm, ProfileRunForm, ScoringForm

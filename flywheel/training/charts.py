@@ -1,28 +1,23 @@
 """Plotly figures for the job pages: pure functions from selector data to a `go.Figure` (no I/O).
 
 The live page draws one chart per panel below, and only the panels the job has data for: an SFT
-run has no KL or tied groups. Pages draw figures with the vendored plotly.js (`figure_json` is
-what `static/js/jobs.js` hands to `Plotly.react`), never a CDN. Metric and job labels come from
-stored data and plotly reads a little HTML in labels, so every label is escaped here.
+run has no KL or tied groups. Labels, look and `figure_json` (what `static/js/jobs.js` hands to
+`Plotly.react`) are `flywheel.core.charts`'s.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
+from flywheel.core.charts import PALETTE, error_bars, label, layout, step_line
 from flywheel.training.selectors import BucketRates, Rate, Series
 
-PALETTE = qualitative.Plotly
 BAND_OPACITY = 0.18
-GRID_COLOUR = "#e9ecef"
 _COMPONENT_MEAN = re.compile(r"^reward/(.+)/mean$")
 _SPREAD = re.compile(r"^reward/(.+/)?std$")
 
@@ -41,39 +36,9 @@ class Chart:
     figure: go.Figure
 
 
-def _label(text: str) -> str:
-    return html.escape(text, quote=False)
-
-
-def _layout(figure: go.Figure, title: str, *, empty: bool = False, height: int = 300) -> go.Figure:
-    # plotly_white's look set by hand: the named template would add about 6 kB to every polled figure.
-    figure.update_layout(
-        title={"text": _label(title), "x": 0, "font": {"size": 14}}, template="none", autosize=True,
-        height=height, margin={"l": 50, "r": 10, "t": 40, "b": 40}, paper_bgcolor="#fff", plot_bgcolor="#fff",
-        legend={"orientation": "h", "x": 0, "y": -0.3, "yanchor": "top"}, colorway=PALETTE,
-    )  # fmt: skip
-    figure.update_xaxes(gridcolor=GRID_COLOUR, zeroline=False)
-    figure.update_yaxes(gridcolor=GRID_COLOUR, zeroline=False)
-    if empty:
-        figure.add_annotation(text="No data yet", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-    return figure
-
-
 def _rgba(colour: str, opacity: float) -> str:
     red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({red}, {green}, {blue}, {opacity})"
-
-
-def _line(name: str, points: Sequence[tuple[int, float]], colour: str | None = None) -> go.Scatter:
-    label = _label(name)
-    return go.Scatter(
-        x=[step for step, _ in points],
-        y=[value for _, value in points],
-        mode="lines+markers",
-        name=label,
-        legendgroup=label,
-        line={"color": colour} if colour else None,
-    )
 
 
 def _band(name: str, mean: Sequence[tuple[int, float]], std: Sequence[tuple[int, float]], colour: str) -> list[Any]:
@@ -85,8 +50,8 @@ def _band(name: str, mean: Sequence[tuple[int, float]], std: Sequence[tuple[int,
         y=[m + d for _, m, d in steps],
         mode="lines",
         line={"width": 0},
-        name=_label(f"{name} + std"),
-        legendgroup=_label(name),
+        name=label(f"{name} + std"),
+        legendgroup=label(name),
         showlegend=False,
         hoverinfo="skip",
     )
@@ -95,21 +60,21 @@ def _band(name: str, mean: Sequence[tuple[int, float]], std: Sequence[tuple[int,
         y=[m - d for _, m, d in steps],
         mode="lines",
         line={"width": 0},
-        name=_label(f"{name} − std"),
-        legendgroup=_label(name),
+        name=label(f"{name} − std"),
+        legendgroup=label(name),
         showlegend=False,
         hoverinfo="skip",
         fill="tonexty",
         fillcolor=_rgba(colour, BAND_OPACITY),
     )
-    return [upper, lower, _line(name, mean, colour)] if steps else [_line(name, mean, colour)]
+    return [upper, lower, step_line(name, mean, colour)] if steps else [step_line(name, mean, colour)]
 
 
 def reward_figure(series: Series) -> go.Figure:
     """The training reward: its mean per step with a ±std band over the step's completions."""
     figure = go.Figure(_band("reward/mean", series.get("reward/mean", []), series.get("reward/std", []), PALETTE[0]))
     figure.update_xaxes(title_text="step")
-    return _layout(figure, "Training reward (mean ± std)", empty="reward/mean" not in series)
+    return layout(figure, "Training reward (mean ± std)", empty="reward/mean" not in series)
 
 
 def components_figure(series: Series) -> go.Figure:
@@ -121,17 +86,17 @@ def components_figure(series: Series) -> go.Figure:
         mean, std = series[f"reward/{component}/mean"], series.get(f"reward/{component}/std", [])
         figure.add_traces(_band(component, mean, std, colour))
     figure.update_xaxes(title_text="step")
-    return _layout(figure, "Reward components (mean ± std)", empty=not components)
+    return layout(figure, "Reward components (mean ± std)", empty=not components)
 
 
 def lines_figure(series: Series, names: Sequence[str], title: str, *, prefix: str = "") -> go.Figure:
     """One line per metric in `names` against the step, named without `prefix`; rates on a 0–1 axis."""
     shown = [name for name in names if name in series]
-    figure = go.Figure([_line(name.removeprefix(prefix), series[name]) for name in shown])
+    figure = go.Figure([step_line(name.removeprefix(prefix), series[name]) for name in shown])
     figure.update_xaxes(title_text="step")
     if shown and all(name.endswith("_rate") for name in shown):
         figure.update_yaxes(range=[-0.02, 1.05])
-    return _layout(figure, title, empty=not shown)
+    return layout(figure, title, empty=not shown)
 
 
 def _is(name: str) -> Callable[[str], bool]:
@@ -180,42 +145,34 @@ def live_charts(series: Series) -> list[Chart]:
 
 def compare_figure(curves: Sequence[tuple[str, Sequence[tuple[int, float]]]], metric: str) -> go.Figure:
     """One metric's curve per job, on one chart; `curves` are (job label, points)."""
-    figure = go.Figure([_line(label, points, PALETTE[number % len(PALETTE)])
-                        for number, (label, points) in enumerate(curves)])  # fmt: skip
+    figure = go.Figure([step_line(job, points, PALETTE[number % len(PALETTE)])
+                        for number, (job, points) in enumerate(curves)])  # fmt: skip
     figure.update_xaxes(title_text="step")
     # The legend names the jobs, even where only one has points for this metric.
     figure.update_layout(showlegend=True)
-    return _layout(figure, metric, empty=not any(points for _, points in curves), height=420)
+    return layout(figure, metric, empty=not any(points for _, points in curves), height=420)
 
 
-def _error_bars(rates: Sequence[Rate]) -> dict[str, Any]:
-    plus = [rate.high - rate.value if rate.high is not None and rate.value is not None else 0 for rate in rates]
-    minus = [rate.value - rate.low if rate.low is not None and rate.value is not None else 0 for rate in rates]
-    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus}
+def _intervals(rates: Sequence[Rate]) -> dict[str, Any]:
+    return error_bars([(rate.value, rate.low, rate.high) for rate in rates])
 
 
 def rates_figure(rates: Sequence[Rate]) -> go.Figure:
     """An evaluation's rates with their bootstrap 95% intervals as error bars (unmeasured ones left out)."""
     measured = [rate for rate in rates if rate.value is not None and rate.name != "mean_reward"]
-    figure = go.Figure(go.Bar(x=[_label(rate.label) for rate in measured], y=[rate.value for rate in measured],
-                              error_y=_error_bars(measured), marker_color=PALETTE[0], name="rate"))  # fmt: skip
+    figure = go.Figure(go.Bar(x=[label(rate.label) for rate in measured], y=[rate.value for rate in measured],
+                              error_y=_intervals(measured), marker_color=PALETTE[0], name="rate"))  # fmt: skip
     figure.update_yaxes(range=[0, 1.05], tickformat=".0%")
-    return _layout(figure, "Overall, with 95% intervals", empty=not measured, height=300)
+    return layout(figure, "Overall, with 95% intervals", empty=not measured, height=300)
 
 
 def bucket_figure(buckets: Sequence[BucketRates], metric: str = "correct_arguments_rate") -> go.Figure:
     """One rate per failure bucket with its 95% interval."""
     rows = [(bucket.bucket, rate) for bucket in buckets for rate in bucket.rates
             if rate.name == metric and rate.value is not None]  # fmt: skip
-    figure = go.Figure(go.Bar(x=[_label(name) for name, _ in rows], y=[rate.value for _, rate in rows],
-                              error_y=_error_bars([rate for _, rate in rows]), marker_color=PALETTE[1],
-                              name=_label(metric)))  # fmt: skip
+    figure = go.Figure(go.Bar(x=[label(name) for name, _ in rows], y=[rate.value for _, rate in rows],
+                              error_y=_intervals([rate for _, rate in rows]), marker_color=PALETTE[1],
+                              name=label(metric)))  # fmt: skip
     figure.update_yaxes(range=[0, 1.05], tickformat=".0%")
     title = f"{metric.removesuffix('_rate').replace('_', ' ').capitalize()} per failure bucket, with 95% intervals"
-    return _layout(figure, title, empty=not rows, height=300)
-
-
-def figure_json(figure: go.Figure) -> dict[str, Any]:
-    """The figure as plain JSON data: plotly's encoder turns NaN (a diverged loss) into null, which JSON allows."""
-    result: dict[str, Any] = json.loads(figure.to_json())
-    return result
+    return layout(figure, title, empty=not rows, height=300)

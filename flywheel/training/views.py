@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.charts import figure_json
 from flywheel.core.roles import Perm
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.training import charts, selectors, services
@@ -59,7 +60,7 @@ def job_compare(request: AuthedRequest) -> HttpResponse:
     curves = selectors.compare_curves(jobs=jobs, metric=metric)
     figure = charts.compare_figure([(_job_label(curve.job), curve.points) for curve in curves], metric)
     context = {"form": form, "jobs": jobs, "metric": metric, "metric_names": names, "curves": curves,
-               "figure": charts.figure_json(figure)}  # fmt: skip
+               "figure": figure_json(figure)}  # fmt: skip
     return render(request, "training/job_compare.html", context)
 
 
@@ -152,7 +153,7 @@ def job_chart(request: AuthedRequest, job_id: UUID) -> JsonResponse:
     series = selectors.metric_series(job=job)
     body: dict[str, Any] = {
         "version": version,
-        "charts": [{"key": chart.key, "title": chart.title, "figure": charts.figure_json(chart.figure)}
+        "charts": [{"key": chart.key, "title": chart.title, "figure": figure_json(chart.figure)}
                    for chart in charts.live_charts(series)],
         "points": sum(len(points) for points in series.values()),
         "finished": job.is_finished,
@@ -179,8 +180,8 @@ def eval_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
     report = selectors.eval_report(run=run)
     context = {
         "job": job, "report": report, "launch_url": recommended_launch_url(run),
-        "rates_figure": charts.figure_json(charts.rates_figure(report.rates)),
-        "bucket_figure": charts.figure_json(charts.bucket_figure(report.buckets)) if report.buckets else None,
+        "rates_figure": figure_json(charts.rates_figure(report.rates)),
+        "bucket_figure": figure_json(charts.bucket_figure(report.buckets)) if report.buckets else None,
     }  # fmt: skip
     return render(request, "training/eval_detail.html", context)
 

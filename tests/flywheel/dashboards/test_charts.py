@@ -5,6 +5,7 @@ from datetime import date
 
 import plotly.io as pio
 
+from flywheel.core.charts import figure_html
 from flywheel.dashboards import charts
 from flywheel.dashboards.selectors import BucketCount, DayCount, GroupCount
 
@@ -45,7 +46,7 @@ def test_labels_from_stored_data_are_escaped_for_plotlys_html_and_the_script():
     hostile = "</script><b>x</b>"
     figure = charts.group_chart([GroupCount(hostile, 1, 1)], title="Failures per model version")
     assert list(figure.data[0].x) == ["&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;"]
-    markup = charts.figure_html(figure)
+    markup = figure_html(figure)
     assert "</script><b>" not in markup and "Plotly.newPlot" in markup
     assert "plotly.min.js" not in markup and "cdn" not in markup.lower()
 
