@@ -32,16 +32,15 @@ def task(identifier: str) -> Task:
                            "tools": [], "expected_calls": [{"name": "f", "arguments": {}}]})
 
 
-def test_unsolved_keeps_the_failed_tasks_in_the_train_files_order():
-    tasks = [task("a"), task("b"), task("c")]
+def test_unsolved_keeps_the_evaluated_failures_in_the_train_files_order():
+    tasks = [task("a"), task("b"), task("c"), task("d")]
     results = {"c": {"verifier_pass": False}, "a": {"verifier_pass": False}, "b": {"verifier_pass": True}}
-    assert [kept.id for kept in unsolved.unsolved(tasks, results)] == ["a", "c"]
+    assert [kept.id for kept in unsolved.unsolved(tasks, results)] == ["a", "c"]  # d was not in the sample
 
 
-def test_unsolved_refuses_results_of_another_or_a_cut_short_evaluation():
-    tasks = [task("a"), task("b")]
-    with pytest.raises(SystemExit, match=r"1 without a result \['b'\], 1 results of other tasks \['z'\]"):
-        unsolved.unsolved(tasks, {"a": {"verifier_pass": False}, "z": {"verifier_pass": False}})
+def test_unsolved_refuses_results_of_tasks_outside_the_train_file():
+    with pytest.raises(SystemExit, match=r"1 results are of tasks not in the train file, e.g. \['z'\]"):
+        unsolved.unsolved([task("a")], {"a": {"verifier_pass": False}, "z": {"verifier_pass": False}})
 
 
 def test_unsolved_command_writes_a_task_file_the_jobs_read(tmp_path, capsys):
@@ -50,4 +49,4 @@ def test_unsolved_command_writes_a_task_file_the_jobs_read(tmp_path, capsys):
     results_path.write_text("".join(json.dumps({"task_id": i, "verifier_pass": i == "a"}) + "\n" for i in ("a", "b")))
     assert unsolved.main(["--tasks", str(tasks_path), "--results", str(results_path), "--out", str(out)]) == 0
     assert [kept.id for kept in evaluate.load_tasks([str(out)])] == ["b"]
-    assert "1 of 2 train tasks unsolved" in capsys.readouterr().out
+    assert "1 of 2 evaluated train tasks unsolved (2 in the file)" in capsys.readouterr().out

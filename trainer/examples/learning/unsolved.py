@@ -2,11 +2,12 @@
 
 After SFT most BFCL train prompts are answered right by greedy decoding, so most GRPO groups tie
 (every completion scores 1) and give no gradient. This keeps the train tasks whose greedy answer
-the eval job's verifier did not pass, read from that job's `results.jsonl` over the train file.
-Only train tasks and their own results decide: the held-out set plays no part.
+the eval job's verifier did not pass, read from that job's `results.jsonl` over the train file
+(all of it, or a seeded sample: `sample_size`). Only train tasks and their own results decide:
+the held-out set plays no part.
 
-Checks, each an error when it fails: the results cover exactly the train file's tasks (an eval
-over another file, or a cut-short one, is refused).
+Checks, each an error when it fails: every result is of a task in the train file (the results of
+an evaluation over another file are refused).
 
 Run from the repository root:
     python -m trainer.examples.learning.unsolved --tasks var/learning/data/bfcl_train.jsonl \
@@ -26,13 +27,11 @@ from trainer.evaluate import load_tasks
 
 
 def unsolved(tasks: Sequence[Task], results: Mapping[str, Mapping[str, Any]]) -> list[Task]:
-    """The tasks whose result did not pass the verifier, in the train file's order."""
-    task_ids, result_ids = {task.id for task in tasks}, set(results)
-    if task_ids != result_ids:
-        missing, foreign = sorted(task_ids - result_ids), sorted(result_ids - task_ids)
-        raise SystemExit(f"the results do not cover the train tasks: {len(missing)} without a result "
-                         f"{missing[:3]}, {len(foreign)} results of other tasks {foreign[:3]}")
-    return [task for task in tasks if not results[task.id]["verifier_pass"]]
+    """The evaluated tasks whose result did not pass the verifier, in the train file's order."""
+    foreign = sorted(set(results) - {task.id for task in tasks})
+    if foreign:
+        raise SystemExit(f"{len(foreign)} results are of tasks not in the train file, e.g. {foreign[:3]}")
+    return [task for task in tasks if task.id in results and not results[task.id]["verifier_pass"]]
 
 
 def read_results(path: Path) -> dict[str, dict[str, Any]]:
@@ -47,9 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where to write the unsolved train tasks")
     args = parser.parse_args(argv)
     tasks = load_tasks([str(args.tasks)])
-    kept = unsolved(tasks, read_results(args.results))
+    results = read_results(args.results)
+    kept = unsolved(tasks, results)
     args.out.write_text("".join(task.to_json_line() + "\n" for task in kept), encoding="utf-8")
-    print(f"{args.out}: {len(kept)} of {len(tasks)} train tasks unsolved")
+    print(f"{args.out}: {len(kept)} of {len(results)} evaluated train tasks unsolved ({len(tasks)} in the file)")
     return 0
 
 
