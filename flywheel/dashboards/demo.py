@@ -154,6 +154,17 @@ def demo_data_ensure(*, external: Path, log: Log) -> DemoSnapshots:
     return DemoSnapshots(train=_snapshot(caller, Split.TRAIN), heldout=_snapshot(caller, Split.HELDOUT))
 
 
+def demo_snapshots() -> DemoSnapshots | None:
+    """The function-caller snapshots `demo_data_ensure` froze, found without reading the data again; None before."""
+    found = {
+        split: TaskSetSnapshot.objects.filter(agent__name=FUNCTION_CALLER, split=split,
+                                              name=f"{FUNCTION_CALLER} {split}").order_by("-created_at").first()
+        for split in (Split.TRAIN, Split.HELDOUT)
+    }  # fmt: skip
+    train, heldout = found[Split.TRAIN], found[Split.HELDOUT]
+    return DemoSnapshots(train=train, heldout=heldout) if train and heldout else None
+
+
 # --- The loop ---------------------------------------------------------------------------------
 
 

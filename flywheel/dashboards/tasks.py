@@ -8,7 +8,14 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from flywheel.dashboards.demo import DEMO_TRAINER, DemoFailed, demo_advance, demo_data_ensure, demo_people
+from flywheel.dashboards.demo import (
+    DEMO_TRAINER,
+    DemoFailed,
+    demo_advance,
+    demo_data_ensure,
+    demo_people,
+    demo_snapshots,
+)
 from flywheel.training.models import Job, JobState
 
 logger = logging.getLogger(__name__)
@@ -19,7 +26,9 @@ def demo_advance_task() -> None:
     """Launch the demo loop's next job if the one before succeeded; safe to run twice."""
     try:
         people = demo_people()
-        snapshots = demo_data_ensure(external=settings.SHARED_EXTERNAL_DIR, log=logger.info)
+        # After the first step the data is loaded: finding its snapshots spares re-reading BFCL and
+        # WorkBench and re-hashing every snapshot after each job.
+        snapshots = demo_snapshots() or demo_data_ensure(external=settings.SHARED_EXTERNAL_DIR, log=logger.info)
         demo_advance(snapshots=snapshots, people=people, log=logger.info)
     except DemoFailed as error:
         logger.warning("the demo loop stopped: %s", error)

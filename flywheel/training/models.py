@@ -82,7 +82,11 @@ class MetricPoint(models.Model):
 
     class Meta:
         ordering = ["job", "name", "step"]
-        indexes = [models.Index(fields=["job", "name", "step"], name="metric_job_name_step")]
+        indexes = [
+            models.Index(fields=["job", "name", "step"], name="metric_job_name_step"),
+            # The job page's progress reads an attempt's first and last step on every poll.
+            models.Index(fields=["job", "attempt", "step"], name="metric_job_attempt_step"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name}@{self.step}={self.value}"

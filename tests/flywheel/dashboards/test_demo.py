@@ -19,6 +19,7 @@ from flywheel.dashboards.demo import (
     demo_advance,
     demo_data_ensure,
     demo_loop,
+    demo_snapshots,
 )
 from flywheel.datasets.models import RegressionTask, Split
 from flywheel.ingest.models import Trajectory
@@ -123,6 +124,19 @@ def test_the_home_button_queues_the_loop_for_an_admin_once_the_demo_users_exist(
     response = client.post(reverse("dashboards:demo_start"))
     assert response.status_code == 302 and response["Location"] == reverse("training:job_list")
     assert queued == ["advance"]
+
+
+@pytest.mark.django_db
+def test_an_advance_after_the_first_finds_the_snapshots_without_loading_the_data_again(make_user, monkeypatch):
+    assert demo_snapshots() is None
+    loaded = demo_data_ensure(external=EXTERNAL, log=lambda message: None)
+    assert demo_snapshots() == loaded
+    make_user(Role.TRAINER, username=DEMO_TRAINER), make_user(Role.APPROVER, username=DEMO_APPROVER)
+    advanced = []
+    monkeypatch.setattr(demo_tasks, "demo_data_ensure", lambda **kwargs: pytest.fail("the data was loaded again"))
+    monkeypatch.setattr(demo_tasks, "demo_advance", lambda *, snapshots, **kwargs: advanced.append(snapshots))
+    demo_tasks.demo_advance_task()
+    assert advanced == [loaded]
 
 
 @pytest.mark.django_db
