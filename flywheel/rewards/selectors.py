@@ -9,6 +9,7 @@ two runs of the same root by the output they share and shows what changed and wh
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -56,18 +57,18 @@ class RunSummary:
 
 
 def run_summary(*, run: ProfileRun) -> RunSummary:
-    rows = list(run.outputs.values_list("reward", "passed", "verdict"))
+    return _summary(list(run.outputs.values_list("reward", "passed", "verdict")))
+
+
+def _summary(rows: Sequence[tuple[Any, ...]]) -> RunSummary:
+    """From (reward, passed, verdict, ...) rows."""
     return RunSummary(
         outputs=len(rows),
-        mean_reward=sum(r for r, _, _ in rows) / len(rows) if rows else None,
-        passed=sum(1 for _, passed, _ in rows if passed),
-        unparseable=sum(1 for _, _, v in rows if str(v.get("reason", "")).startswith(UNPARSEABLE_REASON)),
-        unsafe=sum(1 for _, _, v in rows if v.get("violations")),
+        mean_reward=sum(row[0] for row in rows) / len(rows) if rows else None,
+        passed=sum(1 for row in rows if row[1]),
+        unparseable=sum(1 for row in rows if str(row[2].get("reason", "")).startswith(UNPARSEABLE_REASON)),
+        unsafe=sum(1 for row in rows if row[2].get("violations")),
     )
-
-
-def run_rewards(*, run: ProfileRun) -> list[float]:
-    return list(run.outputs.order_by("position").values_list("reward", flat=True))
 
 
 @dataclass(frozen=True)
@@ -79,16 +80,23 @@ class ComponentStat:
     count: int
 
 
-def components_summary(*, run: ProfileRun) -> list[ComponentStat]:
-    """Per reward component: its mean, lowest and highest value over the outputs that report it."""
+@dataclass(frozen=True)
+class RunProfile:
+    summary: RunSummary
+    rewards: list[float]  # in sample order
+    components: list[ComponentStat]  # each component's mean and range over the outputs that report it
+
+
+def run_profile(*, run: ProfileRun) -> RunProfile:
+    """A run's summary, rewards and reward components, from one read of its outputs."""
+    rows = list(run.outputs.order_by("position").values_list("reward", "passed", "verdict", "components"))
     values: dict[str, list[float]] = defaultdict(list)
-    for components in run.outputs.values_list("components", flat=True):
+    for *_scores, components in rows:
         for name, value in components.items():
             values[name].append(float(value))
-    return [
-        ComponentStat(name, sum(found) / len(found), min(found), max(found), len(found))
-        for name, found in values.items()
-    ]
+    stats = [ComponentStat(name, sum(found) / len(found), min(found), max(found), len(found))
+             for name, found in values.items()]  # fmt: skip
+    return RunProfile(summary=_summary(rows), rewards=[row[0] for row in rows], components=stats)
 
 
 @dataclass(frozen=True)

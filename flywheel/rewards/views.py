@@ -75,16 +75,16 @@ def _run(run_id: UUID) -> ProfileRun:
 @permission_required(Perm.VIEW)
 def run_detail(request: AuthedRequest, run_id: UUID) -> HttpResponse:
     run = _run(run_id)
-    components = selectors.components_summary(run=run)
+    profile = selectors.run_profile(run=run)
     context = {
         "run": run,
-        "summary": selectors.run_summary(run=run),
+        "summary": profile.summary,
         "agreement": selectors.agreement(run=run),
         "rows": selectors.output_rows(run=run, user=request.user),
         "family": selectors.run_family(run=run),
-        "histogram": figure_html(charts.reward_histogram(selectors.run_rewards(run=run))),
-        "components_chart": figure_html(charts.components_chart(components)),
-        "components": components,
+        "histogram": figure_html(charts.reward_histogram(profile.rewards)),
+        "components_chart": figure_html(charts.components_chart(profile.components)),
+        "components": profile.components,
         "can_mark": request.user.has_perm(Perm.LAUNCH_JOBS),
     }
     return render(request, "rewards/run_detail.html", context)

@@ -25,11 +25,13 @@ def test_the_summary_counts_passes_unparseable_and_unsafe_outputs(run):
     summary = selectors.run_summary(run=run)
     assert summary.outputs == 40 and summary.unparseable == 10  # every fourth output is broken JSON
     assert summary.unsafe == 0 and 0 < summary.passed < 20
-    assert summary.mean_reward == pytest.approx(sum(selectors.run_rewards(run=run)) / 40)
+    profile = selectors.run_profile(run=run)
+    assert profile.summary == summary and summary.mean_reward == pytest.approx(sum(profile.rewards) / 40)
+    assert profile.rewards == list(run.outputs.order_by("position").values_list("reward", flat=True))
 
 
 def test_components_are_summarised_per_name_with_their_range(run):
-    stats = {stat.name: stat for stat in selectors.components_summary(run=run)}
+    stats = {stat.name: stat for stat in selectors.run_profile(run=run).components}
     assert set(stats) == {"parse", "tool", "arguments", "safety"}
     assert (stats["parse"].minimum, stats["parse"].maximum) == (-1.0, 0.0)
     assert stats["parse"].mean == pytest.approx(-0.25) and stats["tool"].maximum == pytest.approx(0.4)
