@@ -1,7 +1,8 @@
 // Keyboard-first marking on a reward profile (templates/rewards/run_detail.html).
 // j/k move between outputs, a/d agree or disagree (through the row's own buttons, so htmx posts
 // the mark exactly as a click would) and move on, n writes a note, ? shows the keys.
-// The current output is remembered by id, so it survives htmx swapping the marked row.
+// The current output is remembered by id, so it survives htmx swapping the marked row. The dispatch
+// itself is static/js/shortcuts.js.
 (function () {
   "use strict";
 
@@ -49,18 +50,6 @@
     if (note) note.focus();
   }
 
-  function toggleHelp() {
-    const help = document.getElementById("shortcut-help");
-    if (!help) return;
-    if (help.open) help.close();
-    else help.showModal();
-  }
-
-  function typing(element) {
-    if (!element || !element.tagName) return false;
-    return element.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(element.tagName);
-  }
-
   function action(key) {
     if (key === "j" || key === "ArrowDown") return () => highlight(position() + 1);
     if (key === "k" || key === "ArrowUp") return () => highlight(position() - 1);
@@ -71,27 +60,13 @@
     return null;
   }
 
-  document.addEventListener("keydown", (event) => {
-    if (!list()) return;
-    if (typing(event.target)) {
+  flywheelShortcuts({
+    active: () => Boolean(list()),
+    action: (event) => action(event.key),
+    onTypingKey: (event) => {
       // Enter in a note saves nothing by itself: the note goes with the next a / d.
       if (event.key === "Enter" && event.target.name === "note") event.preventDefault();
-      if (event.key === "Escape") event.target.blur();
-      return;
-    }
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.key === "?") {
-      event.preventDefault();
-      toggleHelp();
-      return;
-    }
-    const help = document.getElementById("shortcut-help");
-    if (help && help.open) return;
-    const run = action(event.key);
-    if (run) {
-      event.preventDefault();
-      run();
-    }
+    },
   });
 
   // A click on a row makes it the current one; a swapped-in row keeps the highlight.

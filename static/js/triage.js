@@ -144,20 +144,6 @@
     if (note) note.focus();
   }
 
-  function toggleHelp() {
-    const help = document.getElementById("shortcut-help");
-    if (!help) return;
-    if (help.open) help.close();
-    else help.showModal();
-  }
-
-  const TEXT_INPUTS = ["text", "search", "number", "email", "url", "date", "password"];
-  function typing(element) {
-    if (!element || !element.tagName) return false;
-    if (element.isContentEditable || element.tagName === "TEXTAREA" || element.tagName === "SELECT") return true;
-    return element.tagName === "INPUT" && TEXT_INPUTS.includes(element.type);
-  }
-
   function action(event) {
     const key = event.key;
     if (key === "j" || key === "ArrowDown") return () => highlight(cursor + 1, "nearest");
@@ -173,30 +159,16 @@
     return null;
   }
 
-  document.addEventListener("keydown", (event) => {
-    if (!root()) return;
-    reset();
-    if (typing(event.target)) {
-      if (event.key === "Escape") event.target.blur();
+  flywheelShortcuts({
+    active: () => Boolean(root()),
+    action,
+    onKey: reset,
+    onTypingKey: (event) => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && canEdit()) {
         event.preventDefault();
         submit("save");
       }
-      return;
-    }
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
-    if (event.key === "?") {
-      event.preventDefault();
-      toggleHelp();
-      return;
-    }
-    const help = document.getElementById("shortcut-help");
-    if (help && help.open) return;
-    const run = action(event);
-    if (run) {
-      event.preventDefault();
-      run();
-    }
+    },
   });
 
   // Mouse use goes through the same history, so "u" undoes a click too.
