@@ -138,7 +138,7 @@ MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(VAR_DIR / "media")))
 JOB_MAX_SECONDS = env_int("JOB_MAX_SECONDS", int(timedelta(hours=12).total_seconds()), minimum=60)
 
 _EMBEDDED_BROKER_DIR = VAR_DIR / "celery" / "broker"
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://localhost/")  # the transport ignores the host
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for _folder in ("queue", "processed", "control"):
         (_EMBEDDED_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
