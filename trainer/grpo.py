@@ -63,7 +63,7 @@ class Config:
         "help": "Save a checkpoint (with samples) every this many steps; 0 for only the final adapter."})
     sample_events: int = field(default=8, metadata={"help": "Completions shown per checkpoint."})
     gradient_checkpointing: bool = field(default=True, metadata={
-        "help": "Recompute activations in the backward pass: less memory for about a third more compute "
+        "help": "Recompute activations in the backward pass: less memory for one more forward pass "
                 "(TRL's default; false is faster where memory is plenty, as with a small model on a CPU)."})
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda ..."})
     resume: bool = field(default=False, metadata={

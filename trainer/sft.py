@@ -45,7 +45,7 @@ class Config:
     checkpoint_interval: int = field(default=50, metadata={
         "help": "Save a checkpoint every this many steps; 0 for only the final adapter."})
     gradient_checkpointing: bool = field(default=True, metadata={
-        "help": "Recompute activations in the backward pass: less memory for about a third more compute "
+        "help": "Recompute activations in the backward pass: less memory for one more forward pass "
                 "(TRL's default; false is faster where memory is plenty, as with a small model on a CPU)."})
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda ..."})
     resume: bool = field(default=False, metadata={
