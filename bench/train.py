@@ -114,6 +114,7 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
+    args.tasks = args.tasks.resolve()
     with tempfile.TemporaryDirectory() as folder:
         bare_step = per_step(bare(args, Path(folder)))
         ours_step = per_step(ours(args, Path(folder)))
