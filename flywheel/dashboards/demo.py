@@ -132,7 +132,11 @@ def _candidates(tasks: Sequence[Task], templates: dict[str, str] | None = None) 
 
 def _snapshot(agent: Agent, split: str) -> TaskSetSnapshot:
     """The snapshot of all the agent's tasks in the split (the same tasks give the same snapshot)."""
-    return snapshot_create(actor=None, name=f"{agent.name} {split}", split=split, agent=agent)
+    return snapshot_create(actor=None, name=_snapshot_name(agent.name, split), split=split, agent=agent)
+
+
+def _snapshot_name(agent_name: str, split: str) -> str:
+    return f"{agent_name} {split}"
 
 
 def demo_data_ensure(*, external: Path, log: Log) -> DemoSnapshots:
@@ -158,7 +162,8 @@ def demo_snapshots() -> DemoSnapshots | None:
     """The function-caller snapshots `demo_data_ensure` froze, found without reading the data again; None before."""
     found = {
         split: TaskSetSnapshot.objects.filter(agent__name=FUNCTION_CALLER, split=split,
-                                              name=f"{FUNCTION_CALLER} {split}").order_by("-created_at").first()
+                                              name=_snapshot_name(FUNCTION_CALLER, split))
+        .order_by("-created_at").first()
         for split in (Split.TRAIN, Split.HELDOUT)
     }  # fmt: skip
     train, heldout = found[Split.TRAIN], found[Split.HELDOUT]

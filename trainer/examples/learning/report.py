@@ -71,8 +71,11 @@ def eval_table(runs: Path, dataset: str) -> list[str]:
 
 def per_task(runs: Path, dataset: str, suffix: str) -> dict[str, dict[str, Any]]:
     path = runs / f"{dataset}-{suffix}" / "results.jsonl"
-    if not path.is_file():
-        return {}
+    return read_results(path) if path.is_file() else {}
+
+
+def read_results(path: Path) -> dict[str, dict[str, Any]]:
+    """An eval job's `results.jsonl`, by task id."""
     rows = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
     return {row["task_id"]: row for row in rows}
 

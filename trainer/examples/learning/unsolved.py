@@ -17,13 +17,14 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainer.contracts import Task
 from trainer.evaluate import load_tasks
+from trainer.examples.learning.prepare import write_tasks
+from trainer.examples.learning.report import read_results
 
 
 def unsolved(tasks: Sequence[Task], results: Mapping[str, Mapping[str, Any]]) -> list[Task]:
@@ -32,11 +33,6 @@ def unsolved(tasks: Sequence[Task], results: Mapping[str, Mapping[str, Any]]) ->
     if foreign:
         raise SystemExit(f"{len(foreign)} results are of tasks not in the train file, e.g. {foreign[:3]}")
     return [task for task in tasks if task.id in results and not results[task.id]["verifier_pass"]]
-
-
-def read_results(path: Path) -> dict[str, dict[str, Any]]:
-    rows = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-    return {row["task_id"]: row for row in rows}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tasks = load_tasks([str(args.tasks)])
     results = read_results(args.results)
     kept = unsolved(tasks, results)
-    args.out.write_text("".join(task.to_json_line() + "\n" for task in kept), encoding="utf-8")
+    write_tasks(args.out, kept)
     print(f"{args.out}: {len(kept)} of {len(results)} evaluated train tasks unsolved ({len(tasks)} in the file)")
     return 0
 
