@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.bfcl_agreement --reference-python /work/bfcl-ref-venv/bin/python
 
 It imports the BFCL tasks (simple_python, multiple, parallel, parallel_multiple and
-irrelevance) with `trainer.tasks_bfcl`, builds systematic perturbations of the ground truth
+irrelevance) with `trainer.spec.bfcl`, builds systematic perturbations of the ground truth
 (`bench.bfcl_perturbations`), renders each as a model would emit it (BFCL's Python-call
 prompt format, and OpenAI tool_calls JSON), scores every item with our verifier from the
 raw output and with BFCL's checker in its own interpreter (`bench/bfcl_reference.py`), and
@@ -35,7 +35,7 @@ from bench.bfcl_perturbations import (
     variants,
 )
 from trainer.contracts import Task, ToolCall, Verdict
-from trainer.tasks_bfcl import load_bfcl_tasks
+from trainer.spec.bfcl import load_bfcl_tasks
 from trainer.verifiers.bfcl import BfclVerifier
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

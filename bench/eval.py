@@ -23,11 +23,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from trainer.evaluate import Evaluation, evaluate_tasks, seeded_sample, summarize  # noqa: E402
+from trainer.evaluate import Evaluation, evaluate_tasks, summarize  # noqa: E402
 from trainer.models import load_model, resolve_model  # noqa: E402
 from trainer.prompts import render_prompt  # noqa: E402
-from trainer.rollout import SamplingConfig, TransformersBackend, VllmBackend, vllm_available  # noqa: E402
-from trainer.tasks_bfcl import load_bfcl_tasks  # noqa: E402
+from trainer.rollout import TransformersBackend, VllmBackend, vllm_available  # noqa: E402
+from trainer.spec.bfcl import load_bfcl_tasks  # noqa: E402
+from trainer.spec.eval import SamplingConfig  # noqa: E402
+from trainer.spec.tasks import seeded_sample  # noqa: E402
 from trainer.verifiers import SafetyPolicy, get_verifier  # noqa: E402
 
 BFCL = REPO_ROOT.parent / "shared" / "external" / "bfcl"

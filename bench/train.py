@@ -66,9 +66,9 @@ def bare(args: argparse.Namespace, folder: Path) -> list[float]:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.evaluate import load_tasks
     from trainer.models import load_model
     from trainer.prompts import render_prompt
+    from trainer.spec.tasks import load_tasks
     from trainer.verifiers import get_verifier
 
     tasks = {task.id: task for task in load_tasks([str(args.tasks)])}

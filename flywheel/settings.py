@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "flywheel.registry",
     "flywheel.dashboards",
     "flywheel.rewards",
+    "flywheel.demo",
 ]
 
 MIDDLEWARE = [
@@ -158,7 +159,10 @@ CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", _default_result_backend
 CELERY_RESULT_EXPIRES = timedelta(days=1)
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_QUEUES = (Queue("default"), Queue("gpu"))
-CELERY_TASK_ROUTES = {"flywheel.training.tasks.*": {"queue": "gpu"}}
+CELERY_TASK_ROUTES = {
+    "flywheel.training.tasks.*": {"queue": "gpu"},
+    "flywheel.core.tasks.gpu_ping": {"queue": "gpu"},  # check_workers' ping of the gpu workers
+}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"

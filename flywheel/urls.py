@@ -21,5 +21,6 @@ urlpatterns = [
     path("", include("flywheel.training.urls")),
     path("", include("flywheel.registry.urls")),
     path("rewards/", include("flywheel.rewards.urls")),
+    path("demo/", include("flywheel.demo.urls")),
     path("", include("flywheel.core.urls")),
 ]

@@ -17,7 +17,11 @@ from functools import partial
 from trainer.contracts import ContractError
 from trainer.environments import environment_names, make_environment
 from trainer.environments.batch import episode_lines
-from trainer.tasks_bfcl import load_bfcl_tasks
+from trainer.jobs import die_with_parent, run_job
+from trainer.spec.bfcl import load_bfcl_tasks
+from trainer.spec.config import config_help
+from trainer.spec.eval import EvalConfig
+from trainer.spec.kinds import config_class
 from trainer.verifiers import DEFAULT_VERIFIER, get_verifier, verifier_names
 from trainer.verifiers.batch import Summary, read_tasks, verify_lines
 from trainer.verifiers.safety import SafetyPolicy
@@ -114,9 +118,6 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
-    from trainer.evaluate import EvalConfig
-    from trainer.jobs import config_help
-
     fields = "\n".join(f"  {name}: {text}" for name, text in config_help(EvalConfig).items())
     evaluate = sub.add_parser(
         "eval", help="evaluate a model on a task snapshot (job protocol: JSON events on stdout)",
@@ -129,25 +130,23 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
 def _eval(args: argparse.Namespace) -> int:
     # Imported here so that `python -m trainer --help` and the light commands never load torch.
     from trainer.evaluate import run_eval
-    from trainer.jobs import die_with_parent, run_job
 
     die_with_parent()
     return run_job(args.spec, "eval", run_eval)
 
 
 def add_job(sub: argparse._SubParsersAction, kind: str, summary: str, module: str) -> None:
-    """A job kind whose module has `Config` (its hyperparameters) and `run(spec, events, stop)`."""
+    """A job kind whose module has `run(spec, events, stop)`; its hyperparameters are `config_class(kind)`."""
     parser = sub.add_parser(
         kind, help=f"{summary} (job protocol: JSON events on stdout)",
-        description=f"{summary}. The spec's hyperparameters are the fields of {module}.Config (docs/trainer.md).",
+        description=f"{summary}. The spec's hyperparameters are the fields of {config_class(kind).__qualname__} "
+                    f"in trainer.spec.{kind} (docs/trainer.md).",
     )  # fmt: skip
     parser.add_argument("--spec", required=True, help=f"run.json: a RunSpec of kind {kind} (see docs/trainer.md)")
     parser.set_defaults(handler=partial(_job, kind, module))
 
 
 def _job(kind: str, module: str, args: argparse.Namespace) -> int:
-    from trainer.jobs import die_with_parent, run_job
-
     die_with_parent()
     body = importlib.import_module(module).run
     return run_job(args.spec, kind, body)

@@ -12,9 +12,10 @@ does not parse model text (see `trainer.parsing`) and does not score (see `train
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 OMITTABLE = ""
@@ -212,6 +213,8 @@ class Verdict:
 # --- The job protocol (DESIGN.md): a RunSpec in, one event per line out -------------------
 
 JOB_KINDS = ("eval", "sft", "grpo", "gate")
+# The worker names its pid here so that a trainer whose worker died before it started stops at once.
+PARENT_PID_ENV = "FLYWHEEL_PARENT_PID"
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,7 @@ class RunSpec:
     """What one job attempt runs: the app writes it as run.json for `python -m trainer <kind>`.
 
     `hyperparameters` is the kind's own typed config in JSON form (for `eval`, the fields of
-    `trainer.evaluate.EvalConfig`); `adapter` is the parent adapter to start from or evaluate.
+    `trainer.spec.eval.EvalConfig`); `adapter` is the parent adapter to start from or evaluate.
     `task_paths` are the tasks the kind works on (trained on for sft and grpo, evaluated for
     eval and gate); `heldout_paths` the held-out tasks a training run evaluates as it goes;
     `regression_paths` the regression tasks a gate must not break.
@@ -372,3 +375,15 @@ def event_from_json(data: Mapping[str, Any]) -> JobEvent:
     except TypeError as error:
         raise ContractError(f"{name} event: {error}") from None
     return event
+
+
+def read_json_lines(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The JSON object on each non-blank line; a bad line raises with its number."""
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ContractError(f"{path}:{number}: invalid JSON: {error.msg}") from None

@@ -17,83 +17,37 @@ recommended next. `run_eval` is the `eval` job of the protocol.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import random
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from trainer.contracts import ContractError, DoneEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task, ToolCall
-from trainer.jobs import EventStream, SpecError, StopFlag, config_from_json
+from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task, ToolCall
+from trainer.environments import make_environment
+from trainer.environments.workbench.data import WorkbenchDataMissing
+from trainer.jobs import EventStream, StopFlag
 from trainer.parsing import NO_CALL, parse_tool_calls
 from trainer.recommend import recommend
-from trainer.rollout import Generation, GenerationBackend, GenerationHooks, SamplingConfig, open_runtime
+from trainer.rollout import Generation, GenerationBackend, GenerationHooks, open_runtime
+from trainer.spec.config import SpecError, config_from_json
+from trainer.spec.eval import EvalConfig, SamplingConfig, safety_policy
+from trainer.spec.tasks import last_user_text, load_tasks, seeded_sample, snapshot_sha256
 from trainer.stats import mean, mean_interval, percentile
-from trainer.verifiers import SafetyPolicy, Verifier, get_verifier, verifier_names
+from trainer.verifiers import SafetyPolicy, Verifier, get_verifier
 from trainer.verifiers.matching import match_calls
 from trainer.verifiers.safety import check_task_calls
 
-BACKENDS = ("transformers", "vllm", "auto")
 RATES = ("valid_json", "correct_tool", "correct_arguments", "execution_success", "unsafe_action", "verifier_pass")
 NO_GROUP = "(none)"
 _NO_ENVIRONMENT = "not applicable: no environment ran these tasks"
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """An eval job's settings, read from the spec's `hyperparameters`."""
-
-    verifier: str = field(default="tool_call", metadata={
-        "help": "Verifier behind the pass rate and reward: tool_call, binary, bfcl or shaped."})
-    backend: str = field(default="transformers", metadata={
-        "help": "Generation backend: transformers, vllm, or auto (vllm where it is installed and a GPU exists)."})
-    device: str = field(default="auto", metadata={"help": "Torch device for transformers: auto, cpu, cuda, cuda:1 ..."})
-    batch_size: int = field(default=16, metadata={"help": "Prompts per generation batch."})
-    max_new_tokens: int = field(default=128, metadata={"help": "Most tokens generated per answer."})
-    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else the sampling temperature."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (sampled decoding only)."})
-    sample_size: int | None = field(default=None, metadata={
-        "help": "Evaluate a sample of this many tasks drawn with the spec's seed; null for all."})
-    safety_policy: str | None = field(default=None, metadata={
-        "help": "Path of a safety policy JSON (absolute, or relative to the working folder); null for the default."})
-    price_per_million_input_tokens: float = field(default=0.0, metadata={
-        "help": "Cost of a million prompt tokens, for cost per task; 0 for a local model."})
-    price_per_million_output_tokens: float = field(default=0.0, metadata={
-        "help": "Cost of a million generated tokens, for cost per task; 0 for a local model."})
-    bootstrap_resamples: int = field(default=1000, metadata={"help": "Bootstrap resamples per interval."})
-    sample_events: int = field(default=8, metadata={"help": "How many per-task `sample` events to emit."})
-    environment: str | None = field(default=None, metadata={
-        "help": "Run each answer's calls in this environment for execution success (workbench); null for none."})
-
-    def __post_init__(self) -> None:
-        if self.verifier not in verifier_names():
-            raise ValueError(f"unknown verifier {self.verifier!r}; known: {', '.join(verifier_names())}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
-        if self.sample_size is not None and self.sample_size < 1:
-            raise ValueError("sample_size must be at least 1 (or null for all tasks)")
-        if self.bootstrap_resamples < 1:
-            raise ValueError("bootstrap_resamples must be at least 1")
-        if self.environment not in (None, *EXECUTING_ENVIRONMENTS):
-            raise ValueError(f"environment must be one of {', '.join(EXECUTING_ENVIRONMENTS)} or null")
-        self.sampling(seed=0)  # SamplingConfig checks the generation settings
-
-    def sampling(self, seed: int) -> SamplingConfig:
-        return SamplingConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                              batch_size=self.batch_size, seed=seed)
 
 
 class Environment(Protocol):
     """Runs a task's calls and says whether the expected end state was reached."""
 
     def execute(self, task: Task, calls: list[ToolCall]) -> bool: ...
-
-
-# Environments that execute calls against a state; single_step only re-verifies, so it has no end state.
-EXECUTING_ENVIRONMENTS = ("workbench",)
 
 
 @dataclass(frozen=True)
@@ -109,9 +63,6 @@ class EndStateEnvironment:
 def execution_environment(name: str | None, policy: SafetyPolicy) -> Environment | None:
     if name is None:
         return None
-    from trainer.environments import make_environment
-    from trainer.environments.workbench.data import WorkbenchDataMissing
-
     try:
         return EndStateEnvironment(make_environment(name, policy=policy))
     except WorkbenchDataMissing as error:
@@ -260,47 +211,6 @@ def metrics_report(results: Sequence[TaskResult], resamples: int = 1000, seed: i
 # --- Running an evaluation -----------------------------------------------------------------
 
 
-def load_tasks(paths: Sequence[str]) -> list[Task]:
-    """The tasks in JSONL files, in order; a missing file or a bad line is a SpecError naming it."""
-    tasks: list[Task] = []
-    for path in paths:
-        try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise SpecError(f"task file not found: {path}") from None
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                tasks.append(_task_from_line(line, f"{path}:{number}"))
-    if not tasks:
-        raise SpecError(f"the task snapshot is empty: no task in {', '.join(paths) or 'no task file given'}")
-    return tasks
-
-
-def _task_from_line(line: str, where: str) -> Task:
-    try:
-        return Task.from_json(json.loads(line))
-    except json.JSONDecodeError as error:
-        raise SpecError(f"{where}: invalid JSON: {error.msg}") from None
-    except ContractError as error:
-        raise SpecError(f"{where}: {error}") from None
-
-
-def snapshot_sha256(paths: Sequence[str]) -> str:
-    """The sha256 of the task files' bytes, in order: the snapshot's identity."""
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(Path(path).read_bytes())
-    return digest.hexdigest()
-
-
-def seeded_sample(tasks: Sequence[Task], size: int | None, seed: int) -> list[Task]:
-    """`size` tasks drawn with `seed`, kept in file order; all of them when size is None or too big."""
-    if size is None or size >= len(tasks):
-        return list(tasks)
-    chosen = sorted(random.Random(seed).sample(range(len(tasks)), size))
-    return [tasks[index] for index in chosen]
-
-
 @dataclass
 class Evaluation:
     """What `evaluate_tasks` needs besides the tasks: how to generate and how to judge."""
@@ -351,18 +261,6 @@ def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     return _finish(spec, config, tasks, results, report, events)
 
 
-def safety_policy(path: str | None) -> SafetyPolicy:
-    """The safety policy file a config names, or the default; a SpecError naming a missing or bad file."""
-    if path is None:
-        return SafetyPolicy.default()
-    try:
-        return SafetyPolicy.load(path)
-    except FileNotFoundError:
-        raise SpecError(f"safety policy not found: {path}") from None
-    except (ContractError, json.JSONDecodeError) as error:
-        raise SpecError(f"safety policy {path}: {error}") from None
-
-
 def _finish(
     spec: RunSpec, config: EvalConfig, tasks: Sequence[Task], results: Sequence[TaskResult],
     report: Mapping[str, Any], events: EventStream,
@@ -384,10 +282,3 @@ def _finish(
     recommendation = report["recommendation"]
     events.emit(LogEvent(f"recommended next: {recommendation['method']}: {recommendation['reason']}"))
     return DoneEvent(metrics=overall, results=str(results_path), files={"metrics": str(metrics_path)})
-
-
-def last_user_text(task: Task) -> str:
-    for message in reversed(task.messages):
-        if message.get("role") == "user" and isinstance(message.get("content"), str):
-            return str(message["content"])
-    return ""

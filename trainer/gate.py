@@ -18,114 +18,44 @@ for the transformers backend, so both models run as plain models and latency com
 with like (an unmerged LoRA adds per-layer work that a served adapter need not have).
 Recording the decision and promoting are the app's business, not this module's.
 
-This module imports no torch at import time: the app validates hyperparameters with `Config`.
+The policy and the job's config are `trainer.spec.gate`, where the app reads them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer import adapters, models
 from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec, Task
-from trainer.jobs import EventStream, SpecError, StopFlag, config_from_json
+from trainer.evaluate import (
+    Evaluation,
+    Prices,
+    TaskResult,
+    evaluate_tasks,
+    execution_environment,
+    metrics_report,
+    summarize,
+)
+from trainer.jobs import EventStream, StopFlag
+from trainer.rollout import GenerationHooks, Runtime, TransformersBackend, backend_choice, open_runtime
+from trainer.spec.adapters import verify_adapter
+from trainer.spec.config import SpecError, config_from_json
+from trainer.spec.eval import safety_policy
+from trainer.spec.gate import GateConfig, Policy
+from trainer.spec.tasks import load_tasks, seeded_sample, snapshot_sha256, stratified_sample, task_bucket
 from trainer.stats import mean, paired_difference_interval, percentile
+from trainer.verifiers import get_verifier
 
-METRICS = ("correct_arguments", "execution_success")
-TESTS = ("bootstrap", "mcnemar")
-HELDOUT, REGRESSION = "heldout", "regression"
 MCNEMAR_EXACT_BELOW = 25
 GATE_FILE = "gate.json"
 CANDIDATE_RESULTS = "candidate_results.jsonl"
 BASELINE_RESULTS = "baseline_results.jsonl"
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The promotion criteria (one per agent in the app); every knob has a help text."""
-
-    metric: str = field(default="correct_arguments", metadata={
-        "help": "The rate that must improve: correct_arguments (correct call) or execution_success."})
-    test: str = field(default="bootstrap", metadata={
-        "help": "bootstrap (paired interval of the gain above zero) or mcnemar (exact / continuity-corrected)."})
-    alpha: float = field(default=0.05, metadata={
-        "help": "Significance level: the bootstrap interval is at 1 - alpha, McNemar's p must be below it."})
-    max_unsafe_increase: float = field(default=0.0, metadata={
-        "help": "How far the unsafe-action rate may rise (absolute share; 0: it must not rise at all)."})
-    max_latency_p95_increase: float = field(default=0.25, metadata={
-        "help": "How far latency p95 may rise, as a share of the baseline's (0.25: 25% slower at most)."})
-    max_tokens_per_task: float | None = field(default=None, metadata={
-        "help": "Budget of prompt + completion tokens per task for the candidate; null for none."})
-    max_tokens_increase: float | None = field(default=0.5, metadata={
-        "help": "How far tokens per task may rise, as a share of the baseline's; null for no limit."})
-    max_regression_failures: int = field(default=0, metadata={
-        "help": "How many regression tasks that passed with the baseline may fail with the candidate."})
-    bootstrap_resamples: int = field(default=2000, metadata={"help": "Resamples of the paired bootstrap."})
-
-    def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; known: {', '.join(METRICS)}")
-        if self.test not in TESTS:
-            raise ValueError(f"unknown test {self.test!r}; known: {', '.join(TESTS)}")
-        if not 0 < self.alpha < 1:
-            raise ValueError("alpha must be between 0 and 1")
-        for name in ("max_unsafe_increase", "max_latency_p95_increase", "max_tokens_increase", "max_tokens_per_task"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must be at least 0")
-        if self.max_regression_failures < 0:
-            raise ValueError("max_regression_failures must be at least 0")
-        if self.bootstrap_resamples < 100:
-            raise ValueError("bootstrap_resamples must be at least 100")
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Config(Policy):
-    """A gate job's settings (the spec's `hyperparameters`): the policy, the baseline, and how to evaluate."""
-
-    baseline_adapter: str | None = field(default=None, metadata={
-        "help": "The live adapter to beat (a PEFT folder with its manifest); null: the base model alone."})
-    heldout_sample_size: int | None = field(default=50, metadata={
-        "help": "Held-out tasks to evaluate, sampled stratified by bucket with the seed; null for all."})
-    regression_sample_size: int | None = field(default=50, metadata={
-        "help": "Regression tasks to evaluate, sampled with the seed; null for all."})
-    verifier: str = field(default="tool_call", metadata={"help": "Verifier behind the pass rate and reward."})
-    backend: str = field(default="transformers", metadata={"help": "transformers, vllm or auto."})
-    device: str = field(default="auto", metadata={"help": "Torch device for transformers: auto, cpu, cuda ..."})
-    batch_size: int = field(default=8, metadata={"help": "Prompts per generation batch."})
-    max_new_tokens: int = field(default=96, metadata={"help": "Most tokens generated per answer."})
-    safety_policy: str | None = field(default=None, metadata={"help": "Safety policy JSON path; null: the default."})
-    environment: str | None = field(default=None, metadata={
-        "help": "Environment that executes the calls (workbench), needed for the execution_success metric."})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("heldout_sample_size", "regression_sample_size"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be at least 1 (or null for all tasks)")
-        self.eval_config()  # EvalConfig checks the verifier, backend and generation settings
-
-    @property
-    def policy(self) -> Policy:
-        return Policy(**{item.name: getattr(self, item.name) for item in fields(Policy)})
-
-    def eval_config(self) -> Any:
-        from trainer.evaluate import EvalConfig
-
-        return EvalConfig(
-            verifier=self.verifier, backend=self.backend, device=self.device, batch_size=self.batch_size,
-            max_new_tokens=self.max_new_tokens, safety_policy=self.safety_policy, environment=self.environment,
-            bootstrap_resamples=self.bootstrap_resamples,
-        )  # fmt: skip
+HELDOUT, REGRESSION = "heldout", "regression"
 
 
 # --- The decision ---------------------------------------------------------------------------
@@ -334,26 +264,6 @@ def _passed(result: Mapping[str, Any], policy: Policy) -> bool:
     return bool(value) if value is not None else bool(result.get("correct_arguments"))
 
 
-# --- Sampling -------------------------------------------------------------------------------
-
-
-def stratified_sample(tasks: Sequence[Task], size: int | None, seed: int) -> list[Task]:
-    """`size` tasks, each bucket keeping its share (largest remainders), seeded, in file order."""
-    if size is None or size >= len(tasks):
-        return list(tasks)
-    groups: dict[str, list[int]] = defaultdict(list)
-    for index, task in enumerate(tasks):
-        groups[task.metadata.bucket or ""].append(index)
-    total = len(tasks)
-    quotas = {name: size * len(members) // total for name, members in groups.items()}
-    by_remainder = sorted(groups, key=lambda name: (-(size * len(groups[name]) % total), name))
-    for name in by_remainder[: size - sum(quotas.values())]:
-        quotas[name] += 1
-    rng = random.Random(seed)
-    chosen = sorted(index for name in sorted(groups) for index in rng.sample(groups[name], quotas[name]))
-    return [tasks[index] for index in chosen]
-
-
 # --- The job --------------------------------------------------------------------------------
 
 
@@ -363,17 +273,15 @@ class GateTasks:
     regression: list[Task]
 
 
-def gate_tasks(spec: RunSpec, config: Config) -> GateTasks:
-    from trainer.evaluate import load_tasks, seeded_sample
-
-    heldout = stratified_sample(load_tasks(spec.task_paths), config.heldout_sample_size, spec.seed)
+def gate_tasks(spec: RunSpec, config: GateConfig) -> GateTasks:
+    heldout = stratified_sample(load_tasks(spec.task_paths), config.heldout_sample_size, spec.seed, task_bucket)
     regression = load_tasks(spec.regression_paths) if spec.regression_paths else []
     return GateTasks(heldout, seeded_sample(regression, config.regression_sample_size, spec.seed))
 
 
 def run(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     """The `gate` job: evaluate candidate and baseline, decide, write gate.json and both results files."""
-    config = config_from_json(Config, spec.hyperparameters, "gate hyperparameters")
+    config = config_from_json(GateConfig, spec.hyperparameters, "gate hyperparameters")
     if spec.adapter is None:
         raise SpecError("a gate needs the candidate adapter in the spec's 'adapter'")
     tasks = gate_tasks(spec, config)
@@ -390,14 +298,10 @@ ModelResults = dict[str, list[dict[str, Any]]]
 
 
 def evaluate_model(
-    spec: RunSpec, adapter: str | None, config: Config, tasks: GateTasks, events: EventStream, stop: StopFlag,
+    spec: RunSpec, adapter: str | None, config: GateConfig, tasks: GateTasks, events: EventStream, stop: StopFlag,
     role: str,
 ) -> ModelResults:
     """One model's per-task results on the held-out and the regression tasks (one generation pass)."""
-    from trainer.evaluate import Evaluation, Prices, evaluate_tasks, execution_environment, safety_policy
-    from trainer.rollout import GenerationHooks
-    from trainer.verifiers import get_verifier
-
     stop.raise_if_requested()
     policy = safety_policy(config.safety_policy)
     runtime = gate_runtime(spec.base_model, adapter, config, spec.seed)
@@ -415,13 +319,10 @@ def evaluate_model(
     return {HELDOUT: results[: len(tasks.heldout)], REGRESSION: results[len(tasks.heldout):]}
 
 
-def gate_runtime(base_model: str, adapter: str | None, config: Config, seed: int) -> Any:
+def gate_runtime(base_model: str, adapter: str | None, config: GateConfig, seed: int) -> Any:
     """A generation runtime; on transformers the adapter is merged into the base (see the module docstring)."""
-    from trainer import adapters, models
-    from trainer.rollout import Runtime, TransformersBackend, backend_choice, open_runtime
-
     if adapter is not None:
-        adapters.verify_adapter(adapter)
+        verify_adapter(adapter)
     if backend_choice(config.backend) == "vllm":
         return open_runtime(base_model, adapter, "vllm", config.device, seed)
     loaded = models.load_model(base_model, config.device)
@@ -434,8 +335,6 @@ def gate_runtime(base_model: str, adapter: str | None, config: Config, seed: int
 
 
 def model_report(results: ModelResults, resamples: int, seed: int) -> dict[str, Any]:
-    from trainer.evaluate import TaskResult, metrics_report, summarize
-
     heldout = [TaskResult(**row) for row in results[HELDOUT]]
     regression = [TaskResult(**row) for row in results[REGRESSION]]
     report = metrics_report(heldout, resamples, seed)
@@ -457,11 +356,9 @@ def task_flips(candidate: ModelResults, baseline: ModelResults, metric: str) -> 
 
 
 def finish(
-    spec: RunSpec, config: Config, candidate: ModelResults, baseline: ModelResults, decision: Decision,
+    spec: RunSpec, config: GateConfig, candidate: ModelResults, baseline: ModelResults, decision: Decision,
     events: EventStream,
 ) -> DoneEvent:
-    from trainer.evaluate import snapshot_sha256
-
     output = Path(spec.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     paths = {"candidate_results": output / CANDIDATE_RESULTS, "baseline_results": output / BASELINE_RESULTS}

@@ -4,10 +4,8 @@
 protocol events only (anything else printed goes to stderr), turns SIGTERM into a stop
 request the body polls, and guarantees that every run ends with a `done` event and exit
 code 0, or an `error` event and a non-zero exit (1 on failure, 143 when stopped by SIGTERM).
-It also parses a kind's typed config out of the spec's `hyperparameters`.
-
-This module imports no torch: the spec and event code stay light. What each job computes
-lives in its own module (`trainer.evaluate` for `eval`).
+The configs and their parsing are `trainer.spec`; what each job computes lives in its own
+module (`trainer.evaluate` for `eval`, `trainer.sft`, `trainer.grpo`, `trainer.gate`).
 """
 
 from __future__ import annotations
@@ -19,28 +17,17 @@ import os
 import signal
 import sys
 import traceback
-import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import IO
 
-from trainer.contracts import ContractError, DoneEvent, ErrorEvent, JobEvent, RunSpec
+from trainer.contracts import PARENT_PID_ENV, ContractError, DoneEvent, ErrorEvent, JobEvent, RunSpec
+from trainer.spec.config import JobError, SpecError
 
 EXIT_FAILED = 1
 EXIT_STOPPED = 128 + signal.SIGTERM
 _PR_SET_PDEATHSIG = 1
-ConfigT = TypeVar("ConfigT")
-
-
-class JobError(Exception):
-    """An expected failure (bad input, missing model ...): it becomes an `error` event of `kind`."""
-
-    kind = "failed"
-
-
-class SpecError(JobError):
-    kind = "bad_spec"
 
 
 class JobStopped(JobError):
@@ -105,9 +92,6 @@ def stop_on_sigterm(flag: StopFlag) -> Iterator[StopFlag]:
         yield flag
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-PARENT_PID_ENV = "FLYWHEEL_PARENT_PID"
 
 
 def die_with_parent() -> None:
@@ -193,41 +177,3 @@ def run_job(spec_path: str | Path, kind: str, body: JobBody) -> int:
             traceback.print_exc(file=sys.stderr)
             events.emit(ErrorEvent(f"{type(error).__name__}: {error}", "internal"))
             return EXIT_FAILED
-
-
-# --- Typed configs from a spec's hyperparameters ---------------------------------------------
-
-
-def config_from_json(config_class: type[ConfigT], data: Mapping[str, Any], where: str) -> ConfigT:
-    """An instance of the dataclass `config_class` from JSON, rejecting unknown keys and wrong types."""
-    hints = get_type_hints(config_class)
-    known = {item.name for item in dataclasses.fields(config_class)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    values = {name: _checked_value(name, value, hints[name], where) for name, value in data.items()}
-    try:
-        return config_class(**values)
-    except ValueError as error:
-        raise SpecError(f"{where}: {error}") from None
-
-
-def _checked_value(name: str, value: Any, hint: Any, where: str) -> Any:
-    allowed = _allowed_types(hint)
-    if float in allowed and type(value) is int:
-        return float(value)
-    if type(value) not in allowed:
-        names = " or ".join("null" if kind is type(None) else kind.__name__ for kind in allowed)
-        raise SpecError(f"{where}: '{name}' must be {names}, got {json.dumps(value)}")
-    return value
-
-
-def _allowed_types(hint: Any) -> tuple[type, ...]:
-    if get_origin(hint) in (Union, types.UnionType):
-        return tuple(kind for option in get_args(hint) for kind in _allowed_types(option))
-    return (get_origin(hint) or hint,)
-
-
-def config_help(config_class: type) -> dict[str, str]:
-    """Each field's help text, for `--help` output and docs."""
-    return {item.name: item.metadata.get("help", "") for item in dataclasses.fields(config_class)}

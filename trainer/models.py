@@ -26,7 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.jobs import JobError
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from trainer.spec.config import JobError
 
 DEMO_ALIASES = frozenset({"demo", "smollm2-135m-instruct"})
 CONVERTED_MARKER = "flywheel-model.json"
@@ -152,8 +155,6 @@ def converted_gguf(gguf: Path, cache: Path) -> Path:
 
 def convert_gguf(gguf: Path, folder: Path) -> Path:
     """Dequantize `gguf` through transformers and save safetensors and tokenizer in `folder`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # The GGUF quantizer marks the model as quantized, and save_pretrained refuses such a model;
@@ -181,8 +182,6 @@ def _sha256(path: Path) -> str:
 
 
 def pick_device(device: str = "auto") -> str:
-    import torch
-
     if device != "auto":
         return device
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -190,8 +189,6 @@ def pick_device(device: str = "auto") -> str:
 
 def load_tokenizer(path: str) -> Any:
     """The tokenizer at `path`, padding on the left (generation appends on the right)."""
-    from transformers import AutoTokenizer
-
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except OSError as error:
@@ -204,9 +201,6 @@ def load_tokenizer(path: str) -> Any:
 
 def load_model(source: str, device: str = "auto", cache_dir: Path | None = None) -> LoadedModel:
     """The model and tokenizer `source` names, in eval mode on `device` (float32 on CPU)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     path = resolve_model(source, cache_dir)
     chosen = pick_device(device)
     dtype = torch.bfloat16 if chosen.startswith("cuda") else torch.float32

@@ -3,8 +3,8 @@
 `TransformersBackend` runs any causal LM that transformers loads, on CPU or GPU: prompts
 are sorted by length and generated in left-padded batches with the KV cache, stopping at
 the end of the assistant's turn or after `max_new_tokens`. `VllmBackend` has the same
-interface on vLLM (GPU only, `pip install .[gpu]`), LoRA adapters included; vllm is
-imported only when that backend is built, so everything else runs without it.
+interface on vLLM (GPU only, `pip install .[gpu]`), LoRA adapters included; vllm, an optional
+package, is imported only when that backend is built, so everything else runs without it.
 `open_runtime` builds either from a model name and an optional adapter (verified first).
 A completion's latency is the wall time of the batch it was generated in (what a caller
 waiting for it experiences). Prompt rendering is `trainer.prompts`; scoring is not here.
@@ -15,12 +15,19 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+import torch
+from transformers import GenerationConfig, StoppingCriteria, StoppingCriteriaList
+
+from trainer import adapters, models
 from trainer.contracts import Task
-from trainer.jobs import JobError, JobStopped
+from trainer.jobs import JobStopped
 from trainer.prompts import render_prompt
+from trainer.spec import adapters as adapter_layout
+from trainer.spec.config import JobError
+from trainer.spec.eval import SamplingConfig
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>")
 
@@ -29,28 +36,6 @@ class BackendUnavailable(JobError):
     """The requested backend cannot run here (package missing, no GPU); the message says why."""
 
     kind = "backend_unavailable"
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How to sample; `temperature` 0 means greedy decoding."""
-
-    max_new_tokens: int = field(default=128, metadata={"help": "Most tokens generated per completion."})
-    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else the sampling temperature."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (sampled decoding only)."})
-    num_samples: int = field(default=1, metadata={"help": "Completions per prompt (N)."})
-    batch_size: int = field(default=16, metadata={"help": "Prompts per generation batch (transformers backend)."})
-    seed: int = field(default=0, metadata={"help": "Seed for sampling; batch i uses seed + i."})
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1 or self.num_samples < 1 or self.batch_size < 1:
-            raise ValueError("max_new_tokens, num_samples and batch_size must be at least 1")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("temperature must be >= 0 and top_p in (0, 1]")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
 
 
 @dataclass(frozen=True)
@@ -114,8 +99,6 @@ class TransformersBackend:
     def _generate_batch(
         self, prompts: list[str], sampling: SamplingConfig, seed: int, hooks: GenerationHooks
     ) -> list[list[Generation]]:
-        import torch
-
         encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         torch.manual_seed(seed)
         started = time.perf_counter()
@@ -135,8 +118,6 @@ class TransformersBackend:
         return [rows[i : i + sampling.num_samples] for i in range(0, len(rows), sampling.num_samples)]
 
     def _generation_config(self, sampling: SamplingConfig) -> Any:
-        from transformers import GenerationConfig
-
         options: dict[str, Any] = {"do_sample": False}
         if not sampling.greedy:
             options = {"do_sample": True, "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
@@ -172,8 +153,6 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
 
 
 def _stop_criteria(hooks: GenerationHooks) -> Any:
-    from transformers import StoppingCriteria, StoppingCriteriaList
-
     class StopWhenAsked(StoppingCriteria):
         # Checked after every token, so a SIGTERM does not wait for a whole batch to finish.
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
@@ -235,8 +214,6 @@ def import_vllm() -> Any:
         vllm = importlib.import_module("vllm")
     except ImportError as error:
         raise BackendUnavailable(f"the vllm backend needs the vllm package (pip install '.[gpu]'): {error}") from None
-    import torch
-
     if not torch.cuda.is_available():
         raise BackendUnavailable("the vllm backend needs a CUDA GPU, and none is available")
     return vllm
@@ -272,11 +249,9 @@ def backend_choice(name: str) -> str:
 def open_runtime(base_model: str, adapter: str | None, backend: str = "transformers", device: str = "auto",
                  seed: int = 0) -> Runtime:
     """Load `base_model` (plus the verified `adapter`) on the chosen backend."""
-    from trainer import adapters, models
-
     if adapter is not None:
         # Before any model loads: a tampered adapter fails in milliseconds, not after a long load.
-        adapters.verify_adapter(adapter)
+        adapter_layout.verify_adapter(adapter)
     if backend_choice(backend) == "vllm":
         import_vllm()
         path = models.resolve_model(base_model)

@@ -38,9 +38,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from trainer.adapters import load_adapter
 from trainer.contracts import ContractError, Task, openai_tool
+from trainer.models import load_model
 from trainer.parsing import parse_tool_calls
-from trainer.rollout import GenerationBackend, SamplingConfig
+from trainer.prompts import render_prompt
+from trainer.rollout import GenerationBackend, TransformersBackend
+from trainer.spec.adapters import verify_adapter
+from trainer.spec.config import JobError
+from trainer.spec.eval import SamplingConfig
 
 ADMIN_TOKEN_ENV = "FLYWHEEL_SERVE_ADMIN_TOKEN"
 MAX_BODY_BYTES = 8 << 20
@@ -80,15 +86,10 @@ class ModelLoader:
     """Loads the base model once and builds served models from it, one per adapter."""
 
     def __init__(self, base_model: str, device: str = "auto") -> None:
-        from trainer.models import load_model
-
         self.base_model = base_model
         self.loaded = load_model(base_model, device)
 
     def build(self, adapter: str | None, name: str) -> ServedModel:
-        from trainer.adapters import load_adapter, verify_adapter
-        from trainer.rollout import TransformersBackend
-
         model, sha256 = self.loaded.model, None
         if adapter is not None:
             sha256 = verify_adapter(adapter).sha256
@@ -148,8 +149,6 @@ class ChatService:
         return self.health()
 
     def _build_checked(self, adapter: str | None, name: str, expected: Any) -> ServedModel:
-        from trainer.jobs import JobError
-
         assert self.builder is not None
         try:
             built = self.builder(adapter, name)
@@ -217,8 +216,6 @@ def _sampling(body: Mapping[str, Any], max_new_tokens: int) -> SamplingConfig:
 
 def render_chat(request: ChatRequest, tokenizer: Any) -> str:
     """The prompt for the conversation, rendered exactly as evaluation and training render tasks."""
-    from trainer.prompts import render_prompt
-
     try:
         task = Task(id="chat", messages=request.messages, tools=request.tools, expected_calls=[],
                     no_call_expected=True)  # fmt: skip
@@ -347,8 +344,6 @@ def watch_parent(server: ThreadingHTTPServer, every_s: float = 1.0) -> None:
 
 def serve_forever(args: argparse.Namespace) -> int:
     """Load the model, listen, print one `listening` JSON line on stdout, and serve until SIGTERM."""
-    from trainer.jobs import JobError
-
     name = getattr(args, "model_name", None) or args.base_model
     try:
         loader = ModelLoader(args.base_model, getattr(args, "device", "auto"))

@@ -7,5 +7,4 @@ app_name = "dashboards"
 urlpatterns = [
     path("", views.home, name="home"),
     path("dashboards/", views.index, name="index"),
-    path("demo/run/", views.demo_start, name="demo_start"),
 ]

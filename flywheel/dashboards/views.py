@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from django.contrib import messages
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.shortcuts import render
 
 from flywheel.core import selectors as core_selectors
 from flywheel.core.access import AuthedRequest, permission_required
@@ -13,8 +11,6 @@ from flywheel.core.charts import figure_html
 from flywheel.core.roles import Perm
 from flywheel.dashboards import charts
 from flywheel.dashboards import selectors as dashboard_selectors
-from flywheel.dashboards.demo import DemoFailed, demo_people
-from flywheel.dashboards.tasks import demo_advance_task
 from flywheel.ingest import selectors as ingest_selectors
 from flywheel.triage import selectors as triage_selectors
 
@@ -45,18 +41,3 @@ def index(request: AuthedRequest) -> HttpResponse:
         charts.day_chart(dashboard_selectors.failures_by_day()),
     ]
     return render(request, "dashboards/index.html", {"charts": [figure_html(figure) for figure in figures]})
-
-
-@permission_required(Perm.MANAGE)
-@require_POST
-def demo_start(request: AuthedRequest) -> HttpResponse:
-    """Start (or move on) the demo loop on the worker; its jobs show on the Jobs page."""
-    try:
-        demo_people()
-    except DemoFailed as error:
-        messages.error(request, str(error))
-        return redirect("dashboards:home")
-    demo_advance_task.delay()
-    messages.success(request, "The demo loop is on the worker: baseline, SFT, GRPO, gate, then promotion "
-                              "when the gate passes. Each step is a job on this page.")  # fmt: skip
-    return redirect("training:job_list")

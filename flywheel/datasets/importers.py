@@ -21,7 +21,7 @@ from django.conf import settings
 
 from trainer.contracts import ContractError, ExpectedCall, Task, TaskMetadata, openai_tool
 from trainer.parsing import parse_tool_calls
-from trainer.tasks_bfcl import bfcl_task
+from trainer.spec.bfcl import bfcl_task
 
 FORMATS = ("bfcl", "workbench", "nemo-gym", "native")
 # WorkBench's sandbox clock, as its tasks and NeMo Gym's workplace assistant state it.

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import re
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +24,7 @@ from flywheel.datasets.importers import Candidate
 from flywheel.datasets.models import RegressionTask, SnapshotItem, SourceKind, Split, TaskRevision, TaskSetSnapshot
 from flywheel.datasets.validation import task_problems
 from trainer.contracts import Task
+from trainer.spec.tasks import stratified_sample
 
 ERRORS_KEPT = 100
 
@@ -191,25 +190,6 @@ def task_update(*, actor: Actor, task: RegressionTask, new: Task, split: str, no
 # --- snapshots -----------------------------------------------------------------------------
 
 
-def _stratified(tasks: list[RegressionTask], size: int, stratum: str, seed: int) -> list[RegressionTask]:
-    """`size` tasks, each stratum (bucket or category) keeping its share (largest remainders), seeded."""
-    groups: dict[str, list[RegressionTask]] = defaultdict(list)
-    for task in tasks:
-        groups[str(getattr(task, stratum) or "")].append(task)
-    total = len(tasks)
-    quotas = {name: size * len(members) // total for name, members in groups.items()}
-    by_remainder = sorted(groups, key=lambda name: (-(size * len(groups[name]) % total), name))
-    for name in by_remainder[: size - sum(quotas.values())]:
-        quotas[name] += 1
-    rng = random.Random(seed)
-    chosen = [
-        task
-        for name in sorted(groups)
-        for task in rng.sample(sorted(groups[name], key=lambda t: t.external_id), quotas[name])
-    ]
-    return sorted(chosen, key=lambda t: t.external_id)
-
-
 @transaction.atomic
 def snapshot_create(
     *,
@@ -228,7 +208,8 @@ def snapshot_create(
         RegressionTask.objects.filter(split=split, **({"agent": agent} if agent else {})).order_by("external_id")
     )
     if sample_size is not None and sample_size < len(tasks):
-        tasks = _stratified(tasks, sample_size, stratify_by or "category", seed)
+        stratum = stratify_by or "category"
+        tasks = stratified_sample(tasks, sample_size, seed, lambda task: str(getattr(task, stratum) or ""))
     if not tasks:
         raise TaskRefused(f"no {split} tasks to snapshot")
     selection = {"split": split, "agent": agent.name if agent else None, "sample_size": sample_size,

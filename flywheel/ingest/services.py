@@ -15,6 +15,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import IO, Any
 from uuid import UUID, uuid4
 
@@ -35,7 +36,7 @@ from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajecto
 from flywheel.ingest.prefetch import ahead
 from flywheel.ingest.reader import FileProblem, RawRecord, ReadLimits, read_records
 from flywheel.ingest.redaction import Redactor
-from flywheel.triage.services import suggestions_schedule
+from flywheel.ingest.signals import trajectories_stored
 
 logger = logging.getLogger(__name__)
 SEARCH_TEXT_CHARS = 20_000
@@ -256,8 +257,19 @@ def _store_batch(batch: list[_Pending], options: IngestOptions, agents: dict[str
         # Another writer stored some of these meanwhile: fall back to one record at a time.
         results.update({pos: _store_one(p, tid, options, agents) for pos, p, tid in fresh})
     _catalogues_from([pending for position, pending in enumerate(batch) if results[position].status == "stored"])
-    suggestions_schedule(trajectory_ids=[r.trajectory_id for r in results.values() if r.status == "stored"])
+    _stored_announce([r.trajectory_id for r in results.values() if r.status == "stored" and r.trajectory_id])
     return [results[position] for position in range(len(batch))]
+
+
+def _stored_announce(trajectory_ids: list[UUID]) -> None:
+    """Send `trajectories_stored` once these rows are committed; a failing receiver never fails the ingest.
+
+    A signal, not a call: triage (suggestions) sits above ingest and connects to it, so ingest knows
+    nothing of it. `robust`: the receiver's error is logged and the stored rows stay stored.
+    """
+    if trajectory_ids:
+        send = partial(trajectories_stored.send, sender=Trajectory, trajectory_ids=trajectory_ids)
+        transaction.on_commit(send, robust=True)
 
 
 def _catalogues_from(stored: list[_Pending]) -> None:
@@ -380,7 +392,7 @@ def _trajectory_refresh(trajectory: Trajectory, pending: _Pending, agents: dict[
     Step.objects.filter(trajectory=trajectory).delete()
     bulk_insert(Step, _step_rows(pending.parsed, trajectory.id))
     _catalogues_from([pending])
-    suggestions_schedule(trajectory_ids=[trajectory.id])
+    _stored_announce([trajectory.id])
     return ItemResult(pending.line, "stored", trajectory.id)
 
 

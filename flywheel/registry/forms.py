@@ -9,8 +9,8 @@ from django import forms
 from flywheel.core.forms import JSONObjectField
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.registry.models import ModelVersion
-from trainer.gate import METRICS, TESTS, Policy
-from trainer.jobs import config_help
+from trainer.spec.config import config_help
+from trainer.spec.gate import METRICS, TESTS, Policy
 
 NO_VERSION = "none"
 DEFAULT_GATE_OPTIONS = {"device": "cpu", "batch_size": 8, "max_new_tokens": 96, "heldout_sample_size": 50,
@@ -68,7 +68,7 @@ class GateLaunchForm(forms.Form):
     options = JSONObjectField(
         widget=forms.Textarea(attrs={"rows": 4}), initial=DEFAULT_GATE_OPTIONS, required=False,
         example='{"device": "cpu"}',
-        help_text="Evaluation settings of trainer.gate.Config (device, batch_size, sample sizes ...).",
+        help_text="Evaluation settings of trainer.spec.gate.GateConfig (device, batch_size, sample sizes ...).",
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from flywheel.ingest.models import Outcome, Trajectory
 from flywheel.registry import storage
 from flywheel.registry.models import Deployment, GatePolicy, GateResult, GateStatus, LivePointer, ModelVersion
 from flywheel.training.selectors import EVAL_RATES, metric_series
-from trainer.gate import Policy
+from trainer.spec.gate import Policy
 
 TAG = re.compile(r"^(?P<agent>[-\w]+):v(?P<number>\d+)$")
 FINISHED_GATES = (GateStatus.PASSED, GateStatus.FAILED)

@@ -33,13 +33,12 @@ from flywheel.registry.models import (
     LivePointer,
     ModelVersion,
 )
-from flywheel.training.models import Job, JobKind, JobState
-from trainer.adapters import AdapterError
-from trainer.gate import Config, Policy
-from trainer.jobs import SpecError, config_from_json
+from flywheel.training.models import TRAINING_KINDS, Job, JobKind, JobState
+from trainer.spec.adapters import AdapterError
+from trainer.spec.config import SpecError, config_from_json
+from trainer.spec.gate import GateConfig, Policy
 
 logger = logging.getLogger(__name__)
-TRAINING_KINDS = (JobKind.SFT, JobKind.GRPO)
 
 
 class RegistryRefused(ValueError):
@@ -177,7 +176,7 @@ def gate_launch(
         )  # fmt: skip
     except LaunchRefused as error:
         raise RegistryRefused(str(error)) from None
-    gate = GateResult(job=job, candidate=candidate, baseline=baseline, policy=asdict(Config(**{
+    gate = GateResult(job=job, candidate=candidate, baseline=baseline, policy=asdict(GateConfig(**{
         key: value for key, value in hyperparameters.items() if key != "seed"}).policy))  # fmt: skip
     gate.full_clean()
     gate.save()
@@ -188,12 +187,12 @@ def gate_launch(
 
 def _gate_hyperparameters(candidate: ModelVersion, baseline: ModelVersion | None,
                           options: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    """The agent's policy, then the caller's options, then the baseline: checked by trainer's gate Config."""
+    """The agent's policy, then the caller's options, then the baseline: checked by the gate job's config."""
     policy = asdict(selectors.gate_policy(agent=candidate.agent))
     baseline_adapter = str(_verified_folder(baseline)) if baseline else None
     hyperparameters = {**policy, **options, "baseline_adapter": baseline_adapter}
     try:
-        config_from_json(Config, {k: v for k, v in hyperparameters.items() if k != "seed"}, "gate hyperparameters")
+        config_from_json(GateConfig, {k: v for k, v in hyperparameters.items() if k != "seed"}, "gate hyperparameters")
     except SpecError as error:
         raise RegistryRefused(str(error)) from None
     return hyperparameters

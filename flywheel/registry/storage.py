@@ -18,7 +18,7 @@ from typing import IO
 
 from django.conf import settings
 
-from trainer.adapters import (
+from trainer.spec.adapters import (
     CONFIG_FILE,
     MANIFEST_FILE,
     WEIGHTS_FILE,

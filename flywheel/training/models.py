@@ -7,6 +7,7 @@ from django.db import models
 
 from flywheel.core.models import Agent, TimestampedModel, UUIDModel
 from flywheel.datasets.models import TaskSetSnapshot
+from trainer.spec import kinds as trainer_kinds
 
 
 class JobKind(models.TextChoices):
@@ -14,6 +15,11 @@ class JobKind(models.TextChoices):
     SFT = "sft", "SFT"
     GRPO = "grpo", "GRPO"
     GATE = "gate", "Gate"
+
+
+# The kinds that train an adapter (the trainer's list): they need a train snapshot, resume from an
+# earlier attempt's checkpoint, and the registry registers what they produce.
+TRAINING_KINDS = tuple(JobKind(kind) for kind in trainer_kinds.TRAINING_KINDS)
 
 
 class JobState(models.TextChoices):

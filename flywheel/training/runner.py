@@ -1,4 +1,7 @@
-"""Run one attempt of a job: write its folder, start `python -m trainer <kind>`, relay its events.
+"""Run one attempt of a job: claim it, write its folder, start `python -m trainer <kind>`, relay its events.
+
+The path is one-way: the `run_job` task calls `job_run` here, and this module records every state
+change through `services` (claim, start, events, heartbeat, finish); services never import it.
 
 The trainer runs in its own process group (so a cancel stops everything it started) and sets
 PR_SET_PDEATHSIG itself (`trainer.jobs.die_with_parent`), so it dies with this worker. Each
@@ -20,16 +23,16 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 
 from flywheel.datasets.exports import snapshot_lines
 from flywheel.datasets.models import TaskSetSnapshot
 from flywheel.training import services
-from flywheel.training.models import Job
-from trainer.contracts import ContractError, LogEvent, RunSpec, event_from_json
-from trainer.jobs import PARENT_PID_ENV
+from flywheel.training.models import TRAINING_KINDS, Job
+from trainer.contracts import PARENT_PID_ENV, ContractError, LogEvent, RunSpec, event_from_json
+from trainer.spec.adapters import CHECKPOINTS, last_checkpoint
 
 STDERR_TAIL_BYTES = 8000
 
@@ -50,7 +53,7 @@ def write_spec(job: Job, folder: Path) -> Path:
         output_dir=str(folder / "output"), adapter=job.adapter or None, seed=int(job.hyperparameters.get("seed", 0)),
         hyperparameters={key: value for key, value in job.hyperparameters.items() if key != "seed"},
     )  # fmt: skip
-    if job.kind in services.TRAINING_KINDS and _carry_last_checkpoint(job, Path(spec.output_dir)):
+    if job.kind in TRAINING_KINDS and _carry_last_checkpoint(job, Path(spec.output_dir)):
         spec = dataclasses.replace(spec, hyperparameters={**spec.hyperparameters, "resume": True})
     path = folder / "run.json"
     path.write_text(json.dumps(spec.to_json(), indent=2))
@@ -62,8 +65,6 @@ def _carry_last_checkpoint(job: Job, output: Path) -> bool:
 
     A copy, not a shared folder: a leftover trainer of a lost attempt can never write into this one.
     """
-    from trainer.finetune import CHECKPOINTS, last_checkpoint
-
     for attempt in range(job.attempts - 1, 0, -1):
         earlier = Path(settings.JOB_RUNS_DIR) / str(job.id) / f"attempt-{attempt}" / "output"
         checkpoint = last_checkpoint(str(earlier))
@@ -96,6 +97,14 @@ def _stop(process: subprocess.Popen[str]) -> None:
         process.wait()
     except ProcessLookupError:
         pass
+
+
+def job_run(*, job_id: Any, worker: str) -> Job | None:
+    """Claim the job and run one attempt; a second delivery finds it claimed and does nothing."""
+    job = services.job_claim(job_id=job_id, worker=worker)
+    if job is None:
+        return None
+    return run_attempt(job)
 
 
 def run_attempt(job: Job) -> Job:

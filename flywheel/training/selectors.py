@@ -22,6 +22,7 @@ from django.utils import timezone
 from flywheel.core.models import Agent
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.training.models import EvalRun, Job, JobKind, JobState, MetricPoint, Sample
+from trainer.spec.kinds import config_class
 
 Series = dict[str, list[tuple[int, float]]]
 
@@ -182,21 +183,9 @@ def planned_steps(job: Job) -> tuple[int | None, bool]:
     return None, False
 
 
-def trainer_config_class(kind: str) -> type:
-    """The trainer's typed config for a job of `kind`: what its hyperparameters are checked against."""
-    from trainer.evaluate import EvalConfig
-    from trainer.gate import Config as GateConfig
-    from trainer.grpo import Config as GrpoConfig
-    from trainer.sft import Config as SftConfig
-
-    return {
-        JobKind.EVAL: EvalConfig, JobKind.SFT: SftConfig, JobKind.GRPO: GrpoConfig, JobKind.GATE: GateConfig,
-    }[JobKind(kind)]  # fmt: skip
-
-
 def _trainer_defaults(kind: str) -> dict[str, Any]:
     """The defaults of the trainer's config for `kind`, which a job's hyperparameters override."""
-    return {item.name: item.default for item in fields(trainer_config_class(kind)) if item.default is not MISSING}
+    return {item.name: item.default for item in fields(config_class(kind)) if item.default is not MISSING}
 
 
 def eta_seconds(*, first: tuple[int, datetime], last: tuple[int, datetime], total: int) -> float | None:

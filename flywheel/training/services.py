@@ -21,14 +21,23 @@ from django.utils import timezone
 from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.models import Split, TaskSetSnapshot
-from flywheel.training.models import FINISHED_STATES, EvalRun, Job, JobKind, JobState, MetricPoint, Sample
-from flywheel.training.selectors import trainer_config_class
+from flywheel.training.models import (
+    FINISHED_STATES,
+    TRAINING_KINDS,
+    EvalRun,
+    Job,
+    JobKind,
+    JobState,
+    MetricPoint,
+    Sample,
+)
 from flywheel.training.signals import job_finished
 from trainer.contracts import CheckpointEvent, DoneEvent, ErrorEvent, JobEvent, LogEvent, MetricEvent, SampleEvent
+from trainer.spec.config import SpecError, config_from_json
+from trainer.spec.kinds import config_class
 
 # The kinds trainer runs today; gate arrives with the registry.
 RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE)
-TRAINING_KINDS = (JobKind.SFT, JobKind.GRPO)
 LOG_TAIL_LINES = 200
 
 
@@ -77,11 +86,9 @@ def job_launch(
 
 def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:
     """The trainer's own typed config rejects what the job would reject, before anything is queued."""
-    from trainer.jobs import SpecError, config_from_json
-
     fields = {key: value for key, value in hyperparameters.items() if key != "seed"}
     try:
-        config_from_json(trainer_config_class(kind), fields, f"{kind} hyperparameters")
+        config_from_json(config_class(kind), fields, f"{kind} hyperparameters")
     except SpecError as error:
         raise LaunchRefused(str(error)) from None
 
@@ -110,16 +117,6 @@ def job_started(*, job: Job, run_dir: str, pid: int) -> None:
     Job.objects.filter(pk=job.pk).update(run_dir=run_dir)
     job.run_dir = run_dir
     _log_append(job, f"attempt {job.attempts} started on {job.worker} (trainer pid {pid})")
-
-
-def job_run(*, job_id: Any, worker: str) -> Job | None:
-    """Claim the job and run one attempt; a second delivery finds it claimed and does nothing."""
-    from flywheel.training.runner import run_attempt
-
-    job = job_claim(job_id=job_id, worker=worker)
-    if job is None:
-        return None
-    return run_attempt(job)
 
 
 def job_not_started(*, job: Job, reason: str) -> Job:

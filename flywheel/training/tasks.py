@@ -2,6 +2,7 @@
 
 `run_job` runs on the `gpu` queue (routed by name) and acknowledges late, so a job whose worker
 dies is redelivered; the guarded claim makes a redelivery of a running or finished job a no-op.
+It calls the runner, which claims and records through the services (tasks → runner → services).
 A database error (the database restarting, say) retries the task with a growing delay for as long
 as it lasts: a failed task would be acknowledged and leave its job queued with no message to run it.
 `reap_jobs` runs on `default` (its name is outside the gpu route) from Celery beat.
@@ -9,26 +10,18 @@ as it lasts: a failed task would be acknowledged and leave its job queued with n
 
 from __future__ import annotations
 
-from typing import Any
-
 from celery import Task, shared_task
 from django.db import DatabaseError
 
-from flywheel.training import services
+from flywheel.training import runner, services
 
 
 @shared_task(name="flywheel.training.tasks.run_job", bind=True, acks_late=True, reject_on_worker_lost=True,
              autoretry_for=(DatabaseError,), retry_backoff=5, retry_backoff_max=300, max_retries=None)
 def run_job(self: Task, job_id: str) -> None:
-    services.job_run(job_id=job_id, worker=self.request.hostname or "worker")
+    runner.job_run(job_id=job_id, worker=self.request.hostname or "worker")
 
 
 @shared_task(name="flywheel.training.reaper.reap_jobs")
 def reap_jobs() -> int:
     return len(services.jobs_reap())
-
-
-@shared_task(name="flywheel.training.tasks.gpu_ping", bind=True, acks_late=True, reject_on_worker_lost=True)
-def gpu_ping(self: Task) -> dict[str, Any]:
-    """Report which worker and queue answered; `manage.py check_workers` sends it."""
-    return {"hostname": self.request.hostname, "queue": (self.request.delivery_info or {}).get("routing_key")}

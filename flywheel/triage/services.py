@@ -64,8 +64,13 @@ def _chunks(ids: Iterable[UUID | str], size: int = CHUNK) -> Iterator[list[UUID 
 # --- suggestions ---------------------------------------------------------------------------
 
 
+def on_trajectories_stored(sender: object, trajectory_ids: list[UUID], **kwargs: Any) -> None:
+    """`ingest.signals.trajectories_stored` receiver (connected in `TriageConfig.ready`): suggest for them."""
+    suggestions_schedule(trajectory_ids=trajectory_ids)
+
+
 def suggestions_schedule(*, trajectory_ids: Iterable[UUID | None]) -> None:
-    """The ingest hook: suggest buckets for the stored trajectories on the `default` queue, after commit.
+    """Suggest buckets for stored trajectories on the `default` queue, after commit (at once outside one).
 
     Computing in the background keeps ingest throughput as it was. It never fails an ingest:
     when the broker cannot be reached the error is logged and `manage.py suggest_buckets`

@@ -35,6 +35,7 @@ from flywheel.training.models import Job, JobState
 from flywheel.triage.models import BucketAssignment, Suggestion
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import queue_create
+from tests.browser.charts import wait_for_charts
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS, make_adapter
@@ -337,19 +338,15 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
             continue
         status = page.goto(address).status
         assert status == 200, f"{name}: {status}"
-        if name == "training:job_detail":
-            page.locator("[data-chart] .main-svg").first.wait_for()
-        page.wait_for_function(  # every chart plotly was given is drawn: the vendored plotly loaded
-            "[...document.querySelectorAll('.plotly-graph-div, [data-chart]')]"
-            ".every((chart) => chart.querySelector('.main-svg'))"
-        )
+        # Every chart the page has is drawn (the vendored plotly loaded); the job page's come from a fetch.
+        wait_for_charts(page, minimum=1 if name == "training:job_detail" else 0)
         rendered.append(name)
     page.goto(f"{url}/admin/")
     assert page.get_by_text("Site administration").is_visible()
 
     assert len(rendered) >= 46 and "training:job_detail" in rendered and "registry:gate_detail" in rendered
     assert sorted(post_only) == [  # actions, not pages: each answers GET with 405
-        "dashboards:demo_start", "logout", "registry:agent_rollback", "registry:gate_launch",
+        "demo:loop_start", "logout", "registry:agent_rollback", "registry:gate_launch",
         "registry:gate_policy_update", "registry:version_promote", "rewards:output_mark", "training:job_cancel",
         "triage:bulk", "triage:queue_next", "triage:review_save",
     ]  # fmt: skip

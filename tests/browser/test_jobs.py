@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from flywheel.core.roles import Role
+from tests.browser.charts import wait_for_charts
 from tests.conftest import PASSWORD
 from tests.flywheel.training.conftest import scripted_env
 from tests.flywheel.training.conftest import tiny_train_snapshot as tiny_train_snapshot  # noqa: F401  (shared)
@@ -27,5 +28,5 @@ def test_the_chart_of_a_running_job_gains_points(
     page.wait_for_function("Number(document.getElementById('job-charts').dataset.points || 0) >= 3", timeout=60_000)
     first = int(charts.get_attribute("data-points"))
     page.wait_for_function(f"Number(document.getElementById('job-charts').dataset.points) > {first}", timeout=30_000)
-    assert charts.locator("[data-chart] .plot .main-svg").count() >= 1  # plotly drew it
+    assert wait_for_charts(page) >= 1  # plotly drew it
     assert page.locator("[data-state]").first.inner_text() in ("Running", "Succeeded")

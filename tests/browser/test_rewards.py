@@ -10,6 +10,7 @@ import pytest
 
 from flywheel.core.roles import Role
 from flywheel.rewards.models import Mark, ProfiledOutput, ProfileRun
+from tests.browser.charts import wait_for_charts
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.rewards.conftest import STRICT_POLICY, outputs_lines
@@ -43,7 +44,7 @@ def test_a_trainer_profiles_100_outputs_marks_them_and_reverifies_under_a_strict
     assert run.outputs.count() == 100
     assert page.locator("#outputs > li.output").count() == 100
     assert page.get_by_text("Reward over 100 outputs").is_visible()
-    assert page.locator(".js-plotly-plot").count() == 2  # the histogram and the components drawn by plotly.js
+    assert wait_for_charts(page, minimum=2) == 2  # the histogram and the components drawn by plotly.js
     assert rate(page) == "—"
     shot(page, "rewards-profile", full_page=False)
     page.wait_for_load_state()  # rewards.js (deferred) has bound its keys

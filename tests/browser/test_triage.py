@@ -15,6 +15,7 @@ from flywheel.ingest.services import IngestOptions, stream_ingest
 from flywheel.triage import selectors, services
 from flywheel.triage.models import BucketAssignment, Review, ReviewState
 from flywheel.triage.selectors import TriageFilters
+from tests.browser.charts import chart_data
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.triage.conftest import TAU, built_in_buckets  # noqa: F401  (a shared fixture)
@@ -106,7 +107,7 @@ def test_a_reviewer_triages_three_trajectories_with_the_keyboard(page, live_serv
     assert max(timings) < 5, timings  # keys to the next item on screen, on a shared 2-core machine
 
     page.goto(f"{live_server.url}/")
-    bars = page.evaluate("document.querySelector('.plotly-graph-div').data[0].x")
+    bars = chart_data(page)[0]["x"]
     assert bars[:7] == [0, 0, 1, 0, 1, 1, 0]  # bucketed per bucket, in position order
     shot(page, "triage-home-chart", full_page=False)
 

@@ -6,8 +6,8 @@ import pytest
 from django.db import transaction
 
 from flywheel.celery import app
-from flywheel.core.tasks import ping
-from flywheel.training.tasks import gpu_ping
+from flywheel.core.tasks import gpu_ping, ping
+from flywheel.training.tasks import reap_jobs, run_job
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -15,6 +15,8 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 def test_tasks_are_routed_by_name_to_their_queue():
     assert app.amqp.router.route({}, ping.name)["queue"].name == "default"
     assert app.amqp.router.route({}, gpu_ping.name)["queue"].name == "gpu"
+    assert app.amqp.router.route({}, run_job.name)["queue"].name == "gpu"
+    assert app.amqp.router.route({}, reap_jobs.name)["queue"].name == "default"
 
 
 def test_gpu_tasks_acknowledge_late_and_the_broker_outwaits_the_longest_job(settings):

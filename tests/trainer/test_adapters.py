@@ -8,17 +8,8 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from tests.trainer.tiny_model import tiny_model
-from trainer.adapters import (
-    CONFIG_FILE,
-    MANIFEST_FILE,
-    WEIGHTS_FILE,
-    AdapterError,
-    file_sha256,
-    load_adapter,
-    merge_adapter,
-    save_adapter,
-    verify_adapter,
-)
+from trainer.adapters import load_adapter, merge_adapter, save_adapter
+from trainer.spec.adapters import CONFIG_FILE, MANIFEST_FILE, WEIGHTS_FILE, AdapterError, file_sha256, verify_adapter
 
 INPUT = torch.tensor([[1, 20, 30, 40, 2]])
 

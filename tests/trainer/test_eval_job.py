@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.tiny_model import REPO_ROOT, TINY_SPEC, tiny_model, write_spec
-from trainer.adapters import WEIGHTS_FILE, save_adapter
+from trainer.adapters import save_adapter
 from trainer.evaluate import run_eval
 from trainer.jobs import EXIT_FAILED, EXIT_STOPPED, run_job
+from trainer.spec.adapters import WEIGHTS_FILE
 
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -139,7 +140,7 @@ def test_sigterm_stops_the_job_cleanly_with_an_error_event(tmp_path):
 
 def test_eval_help_lists_every_hyperparameter(capsys):
     from trainer.cli import main
-    from trainer.evaluate import EvalConfig
+    from trainer.spec.eval import EvalConfig
 
     with pytest.raises(SystemExit):
         main(["eval", "--help"])

@@ -7,20 +7,11 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.trainer.tiny_model import tiny_tasks
 from trainer.contracts import ExpectedCall, Task, TaskMetadata
-from trainer.evaluate import (
-    EvalConfig,
-    Evaluation,
-    Prices,
-    evaluate_tasks,
-    judge,
-    load_tasks,
-    metrics_report,
-    seeded_sample,
-    snapshot_sha256,
-    summarize,
-)
-from trainer.jobs import SpecError, config_from_json
-from trainer.rollout import Generation, SamplingConfig
+from trainer.evaluate import Evaluation, Prices, evaluate_tasks, judge, metrics_report, summarize
+from trainer.rollout import Generation
+from trainer.spec.config import SpecError, config_from_json
+from trainer.spec.eval import EvalConfig, SamplingConfig
+from trainer.spec.tasks import load_tasks, seeded_sample, snapshot_sha256
 from trainer.verifiers import SafetyPolicy, get_verifier
 
 POLICY = SafetyPolicy.default()

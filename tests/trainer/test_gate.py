@@ -12,8 +12,11 @@ import pytest
 from tests.trainer.tiny_model import REPO_ROOT, TINY_MODEL, TINY_TASKS, tiny_model, tiny_tasks
 from trainer.adapters import save_adapter
 from trainer.contracts import Task, TaskMetadata
-from trainer.gate import Config, Policy, decide, mcnemar, stratified_sample
-from trainer.jobs import SpecError, config_from_json
+from trainer.gate import decide, mcnemar
+from trainer.spec.config import SpecError, config_from_json
+from trainer.spec.gate import GateConfig as Config
+from trainer.spec.gate import Policy
+from trainer.spec.tasks import stratified_sample, task_bucket
 
 POLICY = Policy()
 
@@ -149,11 +152,11 @@ def test_the_stratified_sample_keeps_each_buckets_share():
     tasks = [Task(id=f"{bucket}{i}", messages=base.messages, tools=base.tools, expected_calls=base.expected_calls,
                   metadata=TaskMetadata(bucket=bucket))
              for bucket, count in (("a", 60), ("b", 30), ("c", 10)) for i in range(count)]  # fmt: skip
-    sample = stratified_sample(tasks, 20, seed=1)
+    sample = stratified_sample(tasks, 20, 1, task_bucket)
     buckets = [task.metadata.bucket for task in sample]
     assert (buckets.count("a"), buckets.count("b"), buckets.count("c")) == (12, 6, 2)
-    assert stratified_sample(tasks, 20, seed=1) == sample
-    assert stratified_sample(tasks, None, seed=1) == tasks
+    assert stratified_sample(tasks, 20, 1, task_bucket) == sample
+    assert stratified_sample(tasks, None, 1, task_bucket) == tasks
 
 
 # --- The job, for real ---------------------------------------------------------------------

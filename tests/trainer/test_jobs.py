@@ -11,6 +11,7 @@ import pytest
 
 from tests.trainer.tiny_model import REPO_ROOT
 from trainer.contracts import (
+    PARENT_PID_ENV,
     CheckpointEvent,
     ContractError,
     DoneEvent,
@@ -21,19 +22,8 @@ from trainer.contracts import (
     SampleEvent,
     event_from_json,
 )
-from trainer.jobs import (
-    EXIT_FAILED,
-    EXIT_STOPPED,
-    PARENT_PID_ENV,
-    JobError,
-    JobStopped,
-    SpecError,
-    StopFlag,
-    config_from_json,
-    load_spec,
-    run_job,
-    stop_on_sigterm,
-)
+from trainer.jobs import EXIT_FAILED, EXIT_STOPPED, JobStopped, StopFlag, load_spec, run_job, stop_on_sigterm
+from trainer.spec.config import JobError, SpecError, config_from_json
 
 
 def spec_file(tmp_path, **overrides):

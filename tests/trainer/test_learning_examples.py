@@ -8,20 +8,21 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.tiny_model import REPO_ROOT
-from trainer import evaluate, grpo, sft
 from trainer.contracts import Task
 from trainer.examples.learning import unsolved
-from trainer.jobs import config_from_json, load_spec
+from trainer.jobs import load_spec
+from trainer.spec.config import config_from_json
+from trainer.spec.kinds import config_class
+from trainer.spec.tasks import load_tasks
 
 LEARNING = REPO_ROOT / "trainer" / "examples" / "learning"
-CONFIGS = {"eval": evaluate.EvalConfig, "sft": sft.Config, "grpo": grpo.Config}
 
 
 @pytest.mark.parametrize("path", sorted(LEARNING.glob("*.json")), ids=lambda path: path.name)
 def test_every_learning_spec_is_a_valid_job_spec_writing_under_var_learning(path):
     kind = json.loads(path.read_text())["kind"]
     spec = load_spec(path, kind)
-    config_from_json(CONFIGS[kind], spec.hyperparameters, path.name)
+    config_from_json(config_class(kind), spec.hyperparameters, path.name)
     runs = (REPO_ROOT / "var" / "learning" / "runs").resolve()
     assert Path(spec.output_dir).resolve().parent == runs
     assert all(Path(task_path).resolve().parent == runs.parent / "data" for task_path in spec.task_paths)
@@ -48,5 +49,5 @@ def test_unsolved_command_writes_a_task_file_the_jobs_read(tmp_path, capsys):
     tasks_path.write_text("".join(task(i).to_json_line() + "\n" for i in ("a", "b")))
     results_path.write_text("".join(json.dumps({"task_id": i, "verifier_pass": i == "a"}) + "\n" for i in ("a", "b")))
     assert unsolved.main(["--tasks", str(tasks_path), "--results", str(results_path), "--out", str(out)]) == 0
-    assert [kept.id for kept in evaluate.load_tasks([str(out)])] == ["b"]
+    assert [kept.id for kept in load_tasks([str(out)])] == ["b"]
     assert "1 of 2 evaluated train tasks unsolved (2 in the file)" in capsys.readouterr().out

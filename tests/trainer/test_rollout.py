@@ -11,7 +11,6 @@ from trainer.jobs import JobStopped
 from trainer.rollout import (
     BackendUnavailable,
     GenerationHooks,
-    SamplingConfig,
     TransformersBackend,
     VllmBackend,
     backend_choice,
@@ -19,6 +18,7 @@ from trainer.rollout import (
     open_runtime,
     stop_token_ids,
 )
+from trainer.spec.eval import SamplingConfig
 
 PROMPTS = [
     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",

@@ -15,9 +15,10 @@ import openai
 import pytest
 
 from tests.trainer.tiny_model import REPO_ROOT, TINY_MODEL, tiny_model
-from trainer.adapters import WEIGHTS_FILE, save_adapter
+from trainer.adapters import save_adapter
 from trainer.rollout import Generation
 from trainer.serve import ChatService, ModelLoader, ServedModel, make_server
+from trainer.spec.adapters import WEIGHTS_FILE
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city.",

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.contracts import Task, Verdict
-from trainer.tasks_bfcl import read_json_lines
+from trainer.contracts import Task, Verdict, read_json_lines
 from trainer.verifiers.base import UNPARSEABLE_REASON, Completion, Verifier
 
 BATCH_SIZE = 256

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import ast
 import gzip
 import io
 import json
+from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -10,6 +13,7 @@ from flywheel.ingest import services
 from flywheel.ingest.models import Step, Trajectory
 from flywheel.ingest.parsers import FieldMapping
 from flywheel.ingest.services import IngestOptions, stream_ingest
+from flywheel.ingest.signals import trajectories_stored
 from tests.flywheel.ingest.conftest import TAU_MAPPING
 
 pytestmark = pytest.mark.django_db
@@ -128,3 +132,39 @@ def test_memory_stays_flat_on_a_large_json_array(settings):
     tracemalloc.stop()
     assert Trajectory.objects.count() == 3000
     assert peak < 40 * len(items) // 3  # far below a whole-file load of records and rows
+
+
+# --- the trajectories_stored signal --------------------------------------------------------
+
+
+@pytest.fixture
+def send():
+    """`trajectories_stored.send`, recorded; the apps that listen (triage) hear nothing here."""
+    with mock.patch.object(trajectories_stored, "send") as send:
+        yield send
+
+
+def test_storing_announces_the_stored_ids_only_once_they_are_committed(send, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        ingest(native_line("a") + native_line("b") + native_line("a"))
+    send.assert_not_called()
+    for callback in callbacks:
+        callback()
+    stored = list(Trajectory.objects.order_by("ingested_at").values_list("pk", flat=True))
+    send.assert_called_once_with(sender=Trajectory, trajectory_ids=stored)
+
+
+def test_a_batch_of_duplicates_announces_nothing(send, django_capture_on_commit_callbacks):
+    ingest(native_line("a"))
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest(native_line("a"))
+    send.assert_not_called()
+
+
+def test_ingest_imports_no_app_above_it():
+    """Ingest learns nothing of triage: triage connects to `trajectories_stored` instead (DESIGN.md, boundaries)."""
+    for path in Path(services.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not [name for name in names if name.startswith("flywheel.triage")], path

@@ -18,8 +18,8 @@ from flywheel.registry.models import Deployment, GateResult, GateStatus, LivePoi
 from flywheel.training.models import Job, JobKind
 from tests.flywheel.registry.conftest import TINY_MODEL, done, finish_job
 from tests.flywheel.registry.gate_reports import NOISE, WINNING, gate_files
-from trainer.adapters import MANIFEST_FILE, WEIGHTS_FILE, file_sha256
-from trainer.gate import Policy
+from trainer.spec.adapters import MANIFEST_FILE, WEIGHTS_FILE, file_sha256
+from trainer.spec.gate import Policy
 
 pytestmark = pytest.mark.django_db
 

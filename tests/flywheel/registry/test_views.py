@@ -15,7 +15,7 @@ from flywheel.registry.models import Deployment, GateResult, LivePointer
 from flywheel.training.models import Job, JobKind, MetricPoint
 from tests.flywheel.registry.gate_reports import NOISE, WINNING, gate_files
 from tests.flywheel.registry.test_services import finished_gate
-from trainer.adapters import CONFIG_FILE, MANIFEST_FILE, WEIGHTS_FILE
+from trainer.spec.adapters import CONFIG_FILE, MANIFEST_FILE, WEIGHTS_FILE
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create
 from flywheel.datasets.importers import read
 from flywheel.datasets.services import snapshot_create, tasks_import
-from flywheel.training import services
+from flywheel.training import runner, services
 from flywheel.training.models import EvalRun, Job, MetricPoint, Sample
 from flywheel.training.tasks import run_job
 from tests.flywheel.training.conftest import TINY_MODEL, TINY_TASKS, alive, pids_of, scripted_env, wait_for
@@ -147,7 +147,7 @@ def test_a_job_out_of_attempts_ends_failed_with_the_reason(trainer_token, tiny_s
 def test_a_trainer_that_cannot_start_fails_the_attempt_with_the_reason(tiny_snapshot, settings, tmp_path):
     settings.TRAINER_COMMAND = [str(tmp_path / "no-such-trainer")]
     job = Job.objects.create(kind="eval", snapshot=tiny_snapshot, base_model="x")
-    services.job_run(job_id=job.pk, worker="w")
+    runner.job_run(job_id=job.pk, worker="w")
     job.refresh_from_db()
     assert job.state == "failed" and job.attempts == 1 and job.finished_at is not None
     assert job.error.startswith("not_started: the trainer could not start: [Errno 2]"), job.error
@@ -164,7 +164,7 @@ def test_an_attempt_lost_while_relaying_leaves_no_trainer_behind(tiny_snapshot, 
     monkeypatch.setattr(services, "job_heartbeat", heartbeat_without_a_database)
     job = Job.objects.create(kind="eval", snapshot=tiny_snapshot, base_model="x")
     with pytest.raises(OperationalError):
-        services.job_run(job_id=job.pk, worker="w")
+        runner.job_run(job_id=job.pk, worker="w")
     assert started["pid"] and not alive(started["pid"])
 
 
@@ -188,7 +188,7 @@ def test_a_duplicate_delivery_does_not_start_a_second_run(
     celery_worker_process("gpu", env=scripted_env())
     job = launch(client, trainer_token, tiny_train_snapshot, kind="grpo", hyperparameters={"max_steps": 15})
     wait_for(job, ("running",))
-    assert services.job_run(job_id=job.pk, worker="duplicate") is None
+    assert runner.job_run(job_id=job.pk, worker="duplicate") is None
     job = wait_for(job, ("succeeded", "failed"))
     assert job.attempts == 1 and job.state == "succeeded"
 

@@ -1,20 +1,26 @@
 from __future__ import annotations
 
+import io
+import json
 from datetime import timedelta
 from uuid import uuid4
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.urls import reverse
 from django.utils import timezone
 
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Role
+from flywheel.core.services import api_token_create
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.selectors import TrajectoryFilters
+from flywheel.ingest.services import IngestOptions, stream_ingest
 from flywheel.triage import services, tasks
 from flywheel.triage.models import AgentPolicy, Bucket, BucketAssignment, QueueItem, Review, ReviewState, Suggestion
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import BucketChoice
+from tests.flywheel.ingest.test_otlp import USER_TURN, otlp_json
 from tests.flywheel.triage.conftest import call, result, shop_record, user
 
 pytestmark = pytest.mark.django_db
@@ -71,6 +77,51 @@ def test_the_ingest_hook_enqueues_after_commit_and_only_stored_ids(monkeypatch, 
     for callback in callbacks:
         callback()
     assert sent == [[str(trajectory_id)]]
+
+
+@pytest.fixture
+def suggest_now(monkeypatch) -> list[list[str]]:
+    """Run `compute_suggestions` in place of sending it; the ids of each send, in order."""
+    sent: list[list[str]] = []
+
+    def run(ids: list[str]) -> None:
+        sent.append(ids)
+        tasks.compute_suggestions(ids)
+
+    monkeypatch.setattr("flywheel.triage.tasks.compute_suggestions.delay", run)
+    return sent
+
+
+def test_a_file_stored_by_ingest_is_suggested_for_through_its_signal(suggest_now, django_capture_on_commit_callbacks):
+    records = [shop_record("a", [user(), call("refund_order", {"order_id": "1"})]), shop_record("b", [user()])]
+    data = b"".join(json.dumps(record).encode() + b"\n" for record in records)
+    with django_capture_on_commit_callbacks(execute=True):
+        stream_ingest(stream=io.BytesIO(data), options=IngestOptions(format="native"))
+    stored = Trajectory.objects.order_by("external_id")
+    assert suggest_now == [[str(pk) for pk in stored.order_by("ingested_at").values_list("pk", flat=True)]]
+    assert Review.objects.filter(trajectory__in=stored, suggested_at__isnull=False).count() == 2
+    assert Suggestion.objects.get(trajectory=stored[0]).rule == "missing-required-arguments"
+    with django_capture_on_commit_callbacks(execute=True):
+        stream_ingest(stream=io.BytesIO(data), options=IngestOptions(format="native"))
+    assert len(suggest_now) == 1  # duplicates store nothing, so nothing new to suggest for
+
+
+def test_the_api_and_otlp_ingest_are_suggested_for_too(
+    suggest_now, django_capture_on_commit_callbacks, client, make_user
+):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {api_token_create(user=make_user(Role.REVIEWER), name='x')[1]}"}
+    body = json.dumps({"batch": [shop_record("api", [user()])]})
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("ingest:api_trajectories"), body, content_type="application/json", **headers)
+    span = otlp_json("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", {
+        "gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(USER_TURN),
+    })  # fmt: skip
+    for _ in range(2):  # the second export refreshes the trace's trajectory in place: suggested for again
+        with django_capture_on_commit_callbacks(execute=True):
+            client.post(reverse("otlp_traces"), json.dumps(span), content_type="application/json", **headers)
+    api, otlp = Trajectory.objects.get(external_id="api"), Trajectory.objects.get(source="otlp")
+    assert suggest_now == [[str(api.pk)], [str(otlp.pk)], [str(otlp.pk)]]
+    assert Review.objects.filter(trajectory__in=[api, otlp], suggested_at__isnull=False).count() == 2
 
 
 def test_a_broker_failure_never_fails_the_ingest(monkeypatch, django_capture_on_commit_callbacks, caplog):

@@ -12,7 +12,7 @@ import pytest
 from bench.bfcl_perturbations import answer_calls, as_python, variants
 from tests.trainer.golden_cases import check_golden, golden_cases
 from trainer.contracts import ExpectedCall, Task, ToolCall
-from trainer.tasks_bfcl import load_bfcl_tasks
+from trainer.spec.bfcl import load_bfcl_tasks
 from trainer.verifiers.bfcl import BfclVerifier, check_parameter, standardise
 
 BFCL = Path(__file__).resolve().parents[4] / "shared" / "external" / "bfcl"

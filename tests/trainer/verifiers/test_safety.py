@@ -11,7 +11,7 @@ import pytest
 from bench.bfcl_perturbations import answer_calls
 from trainer.contracts import ContractError, Task, ToolCall
 from trainer.parsing import parse_tool_calls
-from trainer.tasks_bfcl import load_bfcl_tasks
+from trainer.spec.bfcl import load_bfcl_tasks
 from trainer.verifiers.safety import (
     DEFAULT_POLICY,
     ConfirmationRule,

@@ -5,10 +5,10 @@ Deterministic: the same inputs give byte-identical files.
 - BFCL simple_python (400 tasks, the same tasks as `python -m trainer tasks from-bfcl --questions
   ../shared/external/bfcl/BFCL_v4_simple_python.json --answers
   ../shared/external/bfcl/possible_answer/BFCL_v4_simple_python.json`): the held-out set is the
-  seeded sample of 100 that the committed baseline evaluates (`trainer.evaluate.seeded_sample`,
+  seeded sample of 100 that the committed baseline evaluates (`trainer.spec.tasks.seeded_sample`,
   seed 0, so the baseline numbers in docs/trainer.md are over exactly these tasks), train is the
   other 300.
-- WorkBench single-call, no-lookup tasks (`trainer.examples.workbench`, 41 tasks): split by the
+- WorkBench single-call, no-lookup tasks (`trainer.spec.workbench`, 41 tasks): split by the
   WorkBench row's `base_template` (the task metadata keeps only the domain, so the template is read
   back from the CSV row the task id names), so that every paraphrase and slot filling of one
   template lands in the same split. A seeded third of the templates, rounded, is held out. The
@@ -24,62 +24,17 @@ Run from the repository root: python -m trainer.examples.learning.prepare [--ext
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainer.contracts import Task
-from trainer.evaluate import last_user_text, seeded_sample
-from trainer.examples.workbench import single_call_tasks
-from trainer.tasks_bfcl import load_bfcl_tasks
+from trainer.spec.bfcl import SPLIT_SEED, bfcl_split
+from trainer.spec.tasks import last_user_text, write_tasks
+from trainer.spec.workbench import workbench_split
 
-SEED = 0
-BFCL_HELDOUT = 100
-WORKBENCH_HELDOUT_SHARE = 1 / 3
 REPO = Path(__file__).resolve().parents[3]
-
-
-def bfcl_split(external: Path) -> tuple[list[Task], list[Task]]:
-    """(train, held-out): the held-out set is the baseline's seeded sample of 100."""
-    tasks = load_bfcl_tasks(
-        external / "bfcl" / "BFCL_v4_simple_python.json",
-        external / "bfcl" / "possible_answer" / "BFCL_v4_simple_python.json",
-    )
-    heldout = seeded_sample(tasks, BFCL_HELDOUT, SEED)
-    held_ids = {task.id for task in heldout}
-    return [task for task in tasks if task.id not in held_ids], heldout
-
-
-def workbench_templates(external: Path) -> dict[str, str]:
-    """Task id (`workbench-<file stem>-<row number>`, as trainer.examples.workbench names it) -> base_template."""
-    folder = external / "workbench" / "processed" / "queries_and_answers"
-    templates: dict[str, str] = {}
-    for path in sorted(folder.glob("*.csv")):
-        stem = path.stem.removesuffix("_queries_and_answers")
-        with path.open(encoding="utf-8", newline="") as rows:
-            for number, row in enumerate(csv.DictReader(rows), start=1):
-                templates[f"workbench-{stem}-{number}"] = row["base_template"]
-    return templates
-
-
-def workbench_split(external: Path) -> tuple[list[Task], list[Task], dict[str, list[str]]]:
-    """(train, held-out, {"train": templates, "heldout": templates}), grouped by base_template."""
-    tasks = list(single_call_tasks(external))
-    templates = workbench_templates(external)
-    names = sorted({templates[task.id] for task in tasks})
-    held = set(random.Random(SEED).sample(names, round(len(names) * WORKBENCH_HELDOUT_SHARE)))
-    train = [task for task in tasks if templates[task.id] not in held]
-    heldout = [task for task in tasks if templates[task.id] in held]
-    split = {
-        "train": sorted({templates[task.id] for task in train}),
-        "heldout": sorted({templates[task.id] for task in heldout}),
-    }
-    if set(split["train"]) & set(split["heldout"]):
-        raise SystemExit("a WorkBench template is in both splits")
-    return train, heldout, split
 
 
 def check_disjoint(name: str, train: Sequence[Task], heldout: Sequence[Task]) -> None:
@@ -89,10 +44,6 @@ def check_disjoint(name: str, train: Sequence[Task], heldout: Sequence[Task]) ->
     shared = {last_user_text(task).strip() for task in train} & {last_user_text(task).strip() for task in heldout}
     if shared:
         raise SystemExit(f"{name}: {len(shared)} request texts are in both splits, e.g. {sorted(shared)[0]!r}")
-
-
-def write_tasks(path: Path, tasks: Sequence[Task]) -> None:
-    path.write_text("".join(task.to_json_line() + "\n" for task in tasks), encoding="utf-8")
 
 
 def summary(train: Sequence[Task], heldout: Sequence[Task], **extra: Any) -> dict[str, Any]:
@@ -128,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, tasks in files.items():
         write_tasks(args.out / name, tasks)
     report = {
-        "seed": SEED,
+        "seed": SPLIT_SEED,
         "bfcl_simple_python": summary(bfcl_train, bfcl_heldout),
         "workbench_single_call": summary(wb_train, wb_heldout, templates=templates),
     }

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contracts import Task
-from trainer.evaluate import load_tasks
-from trainer.examples.learning.prepare import write_tasks
 from trainer.examples.learning.report import read_results
+from trainer.spec.tasks import load_tasks, write_tasks
 
 
 def unsolved(tasks: Sequence[Task], results: Mapping[str, Mapping[str, Any]]) -> list[Task]:

@@ -8,8 +8,7 @@ from typing import Any
 from celery.exceptions import TimeoutError as CeleryTimeout
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from flywheel.core.tasks import ping
-from flywheel.training.tasks import gpu_ping
+from flywheel.core.tasks import gpu_ping, ping
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from tests.trainer.tiny_model import EXTERNAL
-from trainer.examples.workbench import SYSTEM_TEXT, answer_calls, single_call_tasks, value_available
+from trainer.spec.workbench import SYSTEM_TEXT, answer_calls, single_call_tasks, value_available
 
 ADDRESSES = ["raj.patel@atlas.com", "nia.johnson@atlas.com"]
 

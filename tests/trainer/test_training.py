@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.tiny_model import REPO_ROOT, TINY_MODEL, TINY_TASKS, tiny_model
-from trainer import finetune, grpo, sft
-from trainer.adapters import MANIFEST_FILE, WEIGHTS_FILE, file_sha256, save_adapter, verify_adapter
+from trainer import grpo, sft, training
+from trainer.adapters import save_adapter
 from trainer.jobs import EXIT_FAILED, EXIT_STOPPED, run_job
+from trainer.spec.adapters import CHECKPOINTS, MANIFEST_FILE, WEIGHTS_FILE, file_sha256, verify_adapter
+from trainer.spec.grpo import GrpoConfig
 
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 EXAMPLES = REPO_ROOT / "trainer" / "examples"
@@ -115,13 +117,13 @@ def rewarded_by_length(self, prompts, completions, task_id, **_):
 
 def spy_on_final_model(monkeypatch) -> dict:
     seen: dict = {}
-    original = finetune.save_final
+    original = training.save_final
 
     def spy(model, *args, **kwargs):
         seen["model"] = model
         return original(model, *args, **kwargs)
 
-    monkeypatch.setattr(finetune, "save_final", spy)
+    monkeypatch.setattr(training, "save_final", spy)
     return seen
 
 
@@ -182,10 +184,10 @@ def test_grpo_refuses_a_loss_type_trl_would_only_reject_at_the_first_loss(tmp_pa
 
 
 def test_grpo_configs_accept_gspo_and_dapo():
-    assert grpo.Config(loss_type="grpo", importance_sampling_level="sequence").importance_sampling_level == "sequence"
-    assert grpo.Config(loss_type="dapo").loss_type == "dapo"
+    assert GrpoConfig(loss_type="grpo", importance_sampling_level="sequence").importance_sampling_level == "sequence"
+    assert GrpoConfig(loss_type="dapo").loss_type == "dapo"
     with pytest.raises(ValueError, match="num_generations must be at least 2"):
-        grpo.Config(num_generations=1)
+        GrpoConfig(num_generations=1)
 
 
 # --- SIGTERM saves a checkpoint; resume continues from it ------------------------------------
@@ -211,7 +213,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues_from_it(tmp_path):
     assert events[-1]["event"] == "error" and events[-1]["kind"] == "stopped"
     stopped_at = [e for e in events if e["event"] == "checkpoint"][-1]["step"]
     assert 2 <= stopped_at < 30
-    verify_adapter(tmp_path / "out" / finetune.CHECKPOINTS / f"checkpoint-{stopped_at}")
+    verify_adapter(tmp_path / "out" / CHECKPOINTS / f"checkpoint-{stopped_at}")
 
     spec = spec_file(tmp_path, "grpo", max_steps=stopped_at + 2, eval_interval=0, checkpoint_interval=100,
                      resume=True)
@@ -239,60 +241,3 @@ def test_grpo_runs_under_accelerate_launch_with_one_process(tmp_path):
     events = events_in(launched.stdout)
     assert launched.returncode == 0, launched.stderr[-2000:]
     assert events[-1]["event"] == "done" and events[-1]["metrics"]["steps"] == 2
-
-
-# --- Flags: reward hacking and collapse signs --------------------------------------------------
-
-
-def test_reward_rising_while_held_out_falls_is_flagged_once():
-    watch = finetune.FlagWatch()
-    watch.train_reward(0.1)
-    assert watch.heldout(0, {"correct_arguments_rate": {"value": 0.5}}) is None
-    for _ in range(5):
-        watch.train_reward(0.9)
-    flag = watch.heldout(10, {"correct_arguments_rate": {"value": 0.3}})
-    assert flag is not None and flag.level == "warning" and flag.message.startswith("flag: reward_hacking")
-    assert watch.heldout(20, {"correct_arguments_rate": {"value": 0.2}}) is None
-
-
-def test_a_high_reward_from_the_first_step_is_no_rise_after_a_step_0_evaluation():
-    # Seen in a real run: held-out evaluated before any step, the SFT-started reward high from step 1.
-    watch = finetune.FlagWatch()
-    assert watch.heldout(0, {"correct_arguments_rate": {"value": 0.312}}) is None
-    for reward in (0.9, 0.875, 0.95, 0.9, 0.9, 0.85, 0.9, 0.95):
-        watch.train_reward(reward)
-    assert watch.heldout(20, {"correct_arguments_rate": {"value": 0.25}}) is None
-
-
-def test_a_reward_rising_after_a_step_0_evaluation_while_held_out_falls_is_flagged():
-    watch = finetune.FlagWatch()
-    watch.heldout(0, {"correct_arguments_rate": {"value": 0.5}})
-    for reward in (0.1,) * 5 + (0.9,) * 5:
-        watch.train_reward(reward)
-    flag = watch.heldout(10, {"correct_arguments_rate": {"value": 0.3}})
-    assert flag is not None and "rose 0.100 → 0.900" in flag.message
-
-
-def test_rising_reward_with_rising_held_out_is_not_flagged():
-    watch = finetune.FlagWatch()
-    watch.train_reward(0.1)
-    watch.heldout(0, {"correct_arguments_rate": {"value": 0.3}})
-    watch.train_reward(0.9)
-    assert watch.heldout(10, {"correct_arguments_rate": {"value": 0.5}}) is None
-
-
-def test_completion_length_drift_is_flagged():
-    watch = finetune.FlagWatch()
-    assert all(watch.completion_length(step, 20.0) is None for step in range(1, 5))
-    assert watch.completion_length(5, 35.0) is None
-    flag = watch.completion_length(6, 64.0)
-    assert flag is not None and flag.message.startswith("flag: length_drift")
-
-
-def test_verbatim_repeats_across_prompts_are_flagged():
-    watch = finetune.FlagWatch()
-    varied = [("a", "x1"), ("a", "x2"), ("b", "y1"), ("b", "y2")]
-    assert watch.completions(1, varied) is None
-    collapsed = [("a", "same"), ("a", "same"), ("b", "same"), ("b", "other")]
-    flag = watch.completions(2, collapsed)
-    assert flag is not None and flag.message.startswith("flag: repetition") and "3 of 4" in flag.message

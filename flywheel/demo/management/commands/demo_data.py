@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from flywheel.dashboards.demo import demo_data_ensure
+from flywheel.demo.services import demo_data_ensure
 
 
 class Command(BaseCommand):

@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
-from django.core.management import call_command
-from django.urls import reverse
 
 from flywheel.core.roles import Role
-from flywheel.dashboards import tasks as demo_tasks
-from flywheel.dashboards import views as dashboard_views
-from flywheel.dashboards.demo import (
-    DEMO_APPROVER,
-    DEMO_TRAINER,
-    FUNCTION_CALLER,
-    DemoPeople,
-    Sizes,
-    demo_advance,
-    demo_data_ensure,
-    demo_loop,
-    demo_snapshots,
-)
 from flywheel.datasets.models import RegressionTask, Split
+from flywheel.demo.services import FUNCTION_CALLER, DemoPeople, Sizes, demo_advance, demo_data_ensure, demo_loop
 from flywheel.ingest.models import Trajectory
 from flywheel.registry.models import GateStatus, ModelVersion
 from flywheel.training.models import Job, JobState
@@ -84,13 +70,6 @@ def test_the_loop_runs_baseline_sft_grpo_and_a_gate_on_a_worker_and_a_second_run
 
 
 @pytest.mark.django_db
-def test_the_demo_data_command_says_where_the_data_is_missing(settings, tmp_path):
-    settings.SHARED_EXTERNAL_DIR = tmp_path / "nothing-here"
-    with pytest.raises(Exception, match="no third-party data"):
-        call_command("demo_data")
-
-
-@pytest.mark.django_db
 def test_one_advance_launches_the_next_step_only_after_the_one_before_succeeded(make_user):
     people = DemoPeople(trainer=make_user(Role.TRAINER), approver=make_user(Role.APPROVER))
     snapshots = demo_data_ensure(external=EXTERNAL, log=lambda message: None)
@@ -108,54 +87,3 @@ def test_one_advance_launches_the_next_step_only_after_the_one_before_succeeded(
     Job.objects.filter(pk=sft.pk).update(state=JobState.FAILED, error="out of memory")
     retry = demo_advance(**advance).waiting_for  # a failed step is tried again when asked again
     assert retry.kind == "sft" and retry != sft and Job.objects.count() == 3
-
-
-@pytest.mark.django_db
-def test_the_home_button_queues_the_loop_for_an_admin_once_the_demo_users_exist(client, make_user, monkeypatch):
-    queued = []
-    monkeypatch.setattr(dashboard_views.demo_advance_task, "delay", lambda: queued.append("advance"))
-    client.force_login(make_user(Role.ADMIN))
-    assert "Run the demo loop" in client.get(reverse("dashboards:home")).content.decode()
-
-    missing = client.post(reverse("dashboards:demo_start"), follow=True)
-    assert "demo users are missing" in missing.content.decode() and queued == []
-
-    make_user(Role.TRAINER, username=DEMO_TRAINER), make_user(Role.APPROVER, username=DEMO_APPROVER)
-    response = client.post(reverse("dashboards:demo_start"))
-    assert response.status_code == 302 and response["Location"] == reverse("training:job_list")
-    assert queued == ["advance"]
-
-
-@pytest.mark.django_db
-def test_an_advance_after_the_first_finds_the_snapshots_without_loading_the_data_again(make_user, monkeypatch):
-    assert demo_snapshots() is None
-    loaded = demo_data_ensure(external=EXTERNAL, log=lambda message: None)
-    assert demo_snapshots() == loaded
-    make_user(Role.TRAINER, username=DEMO_TRAINER), make_user(Role.APPROVER, username=DEMO_APPROVER)
-    advanced = []
-    monkeypatch.setattr(demo_tasks, "demo_data_ensure", lambda **kwargs: pytest.fail("the data was loaded again"))
-    monkeypatch.setattr(demo_tasks, "demo_advance", lambda *, snapshots, **kwargs: advanced.append(snapshots))
-    demo_tasks.demo_advance_task()
-    assert advanced == [loaded]
-
-
-@pytest.mark.django_db
-def test_a_succeeded_job_of_the_demo_trainer_moves_the_loop_on_and_others_do_not(make_user, monkeypatch):
-    queued = []
-    monkeypatch.setattr(demo_tasks.demo_advance_task, "delay_on_commit", lambda: queued.append("advance"))
-    snapshots = demo_data_ensure(external=EXTERNAL, log=lambda message: None)
-    demo_trainer = make_user(Role.TRAINER, username=DEMO_TRAINER)
-    succeeded = Job(kind="eval", snapshot=snapshots.heldout, launched_by=demo_trainer, state=JobState.SUCCEEDED)
-    failed = Job(kind="eval", snapshot=snapshots.heldout, launched_by=demo_trainer, state=JobState.FAILED)
-    other = Job(kind="eval", snapshot=snapshots.heldout, launched_by=make_user(Role.TRAINER), state=JobState.SUCCEEDED)
-
-    for job in (other, failed):  # a failure stops the loop: it is not retried without a person asking
-        demo_tasks.on_job_finished(sender=Job, job=job)
-    assert queued == []
-    demo_tasks.on_job_finished(sender=Job, job=succeeded)
-    assert queued == ["advance"]
-
-
-def test_a_viewer_sees_no_demo_button(client, make_user, db):
-    client.force_login(make_user(Role.VIEWER))
-    assert "Run the demo loop" not in client.get(reverse("dashboards:home")).content.decode()

@@ -4,8 +4,8 @@
 (ingested, so triage suggestions run on them), BFCL simple_python as the `function-caller`
 agent's train (300) and held-out (100) tasks, and WorkBench's single-call tasks as the
 `workplace` agent's, split by template; then a snapshot of each split. The splits are the ones
-of the CPU learning run (`trainer.examples.learning.prepare`), so the demo's numbers and the
-README's are over the same tasks. Each part is skipped when it is already there.
+of the CPU learning run (`trainer.spec.bfcl.bfcl_split`, `trainer.spec.workbench.workbench_split`),
+so the demo's numbers and the README's are over the same tasks. Each part is skipped when it is already there.
 
 `demo_loop` runs the guide's loop for `function-caller` as jobs on the worker, each one visible
 on the Jobs page while it runs: a baseline evaluation on the held-out set, SFT on the train set,
@@ -45,7 +45,8 @@ from flywheel.registry.models import Deployment, GateResult, GateStatus, ModelVe
 from flywheel.training.models import Job, JobKind, JobState
 from flywheel.training.services import job_launch
 from trainer.contracts import Task
-from trainer.examples.learning.prepare import bfcl_split, workbench_split, workbench_templates
+from trainer.spec.bfcl import bfcl_split
+from trainer.spec.workbench import workbench_split, workbench_templates
 
 Log = Callable[[str], None]
 

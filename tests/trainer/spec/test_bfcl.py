@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from trainer.contracts import ContractError, Task
-from trainer.tasks_bfcl import bfcl_tool, json_schema, load_bfcl_tasks
+from trainer.spec.bfcl import bfcl_tool, json_schema, load_bfcl_tasks
 
-BFCL = Path(__file__).resolve().parents[3] / "shared" / "external" / "bfcl"
+BFCL = Path(__file__).resolve().parents[4] / "shared" / "external" / "bfcl"
 
 
 def load(category: str, answers: bool = True) -> list[Task]:

@@ -1,4 +1,8 @@
-"""Celery tasks of the dashboards app: one step of the demo loop (see `flywheel.dashboards.demo`)."""
+"""Celery tasks of the demo app: one step of the demo loop (see `flywheel.demo.services`).
+
+The task keeps the name it had when the demo lived in the dashboards app, so a message queued
+before the move still finds it. Routing leaves it on `default` either way.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from flywheel.dashboards.demo import (
+from flywheel.demo.services import (
     DEMO_TRAINER,
     DemoFailed,
     demo_advance,

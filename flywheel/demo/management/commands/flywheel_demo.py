@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from flywheel.core.services import demo_users_ensure
-from flywheel.dashboards.demo import DemoFailed, demo_data_ensure, demo_loop, demo_people
+from flywheel.demo.services import DemoFailed, demo_data_ensure, demo_loop, demo_people
 
 
 class Command(BaseCommand):

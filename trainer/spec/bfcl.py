@@ -7,31 +7,22 @@ types (float -> number, dict -> object, tuple -> array, any -> untyped); where t
 what BFCL's checker distinguishes (tuple, any) the original type stays in `x-bfcl-type`.
 Questions without an answers file (the irrelevance category) become no-call tasks.
 Single-turn categories only: a multi-turn question is refused with its id.
+`bfcl_split` is the train / held-out split of simple_python used by the learning run and the demo.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.contracts import ContractError, ExpectedCall, Task, TaskMetadata
+from trainer.contracts import ContractError, ExpectedCall, Task, TaskMetadata, read_json_lines
+from trainer.spec.tasks import seeded_sample
 
+SPLIT_SEED = 0
+HELDOUT_SIZE = 100
 _JSON_SCHEMA_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
 _KEPT_BFCL_TYPES = frozenset({"tuple", "any"})
-
-
-def read_json_lines(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The JSON object on each non-blank line; a bad line raises with its number."""
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ContractError(f"{path}:{number}: invalid JSON: {error.msg}") from None
 
 
 def load_bfcl_tasks(questions: str | Path, answers: str | Path | None = None) -> list[Task]:
@@ -106,3 +97,14 @@ def _expected_call(call: Mapping[str, Any]) -> ExpectedCall:
 
 def _category(task_id: str) -> str:
     return task_id.rsplit("_", 1)[0]
+
+
+def bfcl_split(external: Path) -> tuple[list[Task], list[Task]]:
+    """(train, held-out) of BFCL simple_python: the held-out set is the committed baseline's seeded sample of 100."""
+    tasks = load_bfcl_tasks(
+        external / "bfcl" / "BFCL_v4_simple_python.json",
+        external / "bfcl" / "possible_answer" / "BFCL_v4_simple_python.json",
+    )
+    heldout = seeded_sample(tasks, HELDOUT_SIZE, SPLIT_SEED)
+    held_ids = {task.id for task in heldout}
+    return [task for task in tasks if task.id not in held_ids], heldout
