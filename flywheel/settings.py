@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "axes",
     "flywheel.core",
     "flywheel.ingest",
     "flywheel.triage",
@@ -68,6 +69,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "flywheel.urls"
@@ -98,6 +101,10 @@ DATABASES = {
     ),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60 if PRODUCTION else 0, minimum=0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Writers take the lock when their transaction begins and wait for it up to 20 s, instead of
+    # failing with "database is locked" when two of them meet (Django 5.1+).
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 20})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -105,6 +112,13 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    # Not a check: told of every new password, it revokes the user's API tokens.
+    {"NAME": "flywheel.core.passwords.RevokeApiTokensOnPasswordChange"},
+]
+# django-axes first: a locked-out account or address is refused before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboards:home"
@@ -181,6 +195,43 @@ if PRODUCTION:
     if env_bool("BEHIND_TLS_PROXY", False):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# --- Login lockout (django-axes) --------------------------------------------------------------
+# Wrong passwords in a row lock the account (from any address) and the address (for any account),
+# on the app's login and the admin's, until the cool-off ends or an admin resets it
+# (`manage.py axes_reset_username NAME`, or delete the attempt on the admin's "Access attempts").
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1))
+# "username", "ip_address", or a combination joined with "+" (e.g. "username+ip_address": only the pair).
+AXES_LOCKOUT_PARAMETERS = [
+    item.split("+") if "+" in item else item for item in env_list("AXES_LOCKOUT_PARAMETERS", ["username", "ip_address"])
+]
+AXES_RESET_ON_SUCCESS = True  # "in a row": a right password clears the count
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Behind reverse proxies every request comes from a proxy's address: the lockout counts the
+# client's, from X-Forwarded-For (flywheel.core.access.client_address).
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 1 if env_bool("BEHIND_TLS_PROXY", False) else 0, minimum=0)
+AXES_CLIENT_IP_CALLABLE = "flywheel.core.access.client_address"
+
+# --- API rate limits (django-ratelimit) -------------------------------------------------------
+# Requests per window for each API token (a browser session: each user) on the ingest API and
+# OTLP receiver together, and on chat completions; past it, 429 with Retry-After.
+API_RATE_WINDOW_SECONDS = env_int("API_RATE_WINDOW_SECONDS", 60, minimum=1)
+API_RATE_LIMITS = {
+    "ingest": env_int("API_RATE_LIMIT_INGEST", 600, minimum=1),
+    "chat": env_int("API_RATE_LIMIT_CHAT", 60, minimum=1),
+}
+RATELIMIT_FAIL_OPEN = True  # a cache that cannot count lets calls through rather than refusing all
+# The counts must be shared by every web process: Redis in production (CACHE_URL, else the Redis
+# broker), the process's own memory for the one-process demo.
+_redis_broker = CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+if PRODUCTION and not _redis_broker:
+    require_all(["CACHE_URL"], reason="DJANGO_ENV=production with a broker that is not Redis")
+CACHES = {
+    "default": environ.Env.cache_url_config(
+        env_str("CACHE_URL", _redis_broker if PRODUCTION and _redis_broker else "locmemcache://")
+    )
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -202,11 +253,22 @@ INGEST_MAX_DECOMPRESSED_BYTES = env_int("INGEST_MAX_DECOMPRESSED_BYTES", 4 << 30
 INGEST_MAX_RECORD_BYTES = env_int("INGEST_MAX_RECORD_BYTES", 16 << 20, minimum=1024)
 INGEST_MAX_DEPTH = env_int("INGEST_MAX_DEPTH", 64, minimum=4)
 INGEST_BATCH_SIZE = env_int("INGEST_BATCH_SIZE", 500, minimum=1)
+# Batches and the read-ahead are bounded by bytes (the records' JSON) as well as by count.
+INGEST_BATCH_BYTES = env_int("INGEST_BATCH_BYTES", 8 << 20, minimum=1024)
+INGEST_READ_AHEAD_BYTES = env_int("INGEST_READ_AHEAD_BYTES", 8 << 20, minimum=1024)
+INGEST_PROGRESS_SECONDS = 5  # progress (the upload's heartbeat) is committed at least this often
+# A running upload whose progress is older than this lost its worker: the next claim takes it over.
+INGEST_STALE_SECONDS = env_int("INGEST_STALE_SECONDS", 300, minimum=10)
+INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 3, minimum=1)
+# Keep the raw file of a processed upload (never kept when redaction was asked for).
+INGEST_KEEP_RAW_UPLOADS = env_bool("INGEST_KEEP_RAW_UPLOADS", False)
 INGEST_ERRORS_KEPT = 100
 # Redaction patterns ticked by default on the upload form and applied by default to API calls.
 INGEST_REDACT_DEFAULT = env_list("INGEST_REDACT_DEFAULT", [])
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 << 20
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 10 << 20, minimum=1024)
+# A gzipped API body is decompressed up to this many bytes (413 past it): a small bomb stops here.
+API_MAX_DECOMPRESSED_BYTES = env_int("API_MAX_DECOMPRESSED_BYTES", 32 << 20, minimum=1024)
 API_MAX_BATCH_ITEMS = env_int("API_MAX_BATCH_ITEMS", 1000, minimum=1)
 
 # --- Jobs -------------------------------------------------------------------------------
@@ -219,8 +281,22 @@ JOB_CANCEL_GRACE_SECONDS = env_int("JOB_CANCEL_GRACE_SECONDS", 10, minimum=1)
 JOB_REAP_EVERY_SECONDS = env_int("JOB_REAP_EVERY_SECONDS", 30, minimum=1)
 # How a job attempt starts trainer; tests put a scripted stand-in here to exercise crashes and cancels.
 TRAINER_COMMAND = env_list("TRAINER_COMMAND", [sys.executable, "-m", "trainer"])
+# A team's own environments a job launched from the app may name, beside the built-in ones: entry
+# points (`package.module:factory`) and MCP servers (`mcp:<command>`). An operator's list: naming
+# one runs its code on the workers, so a launch form must never accept an arbitrary one.
+TRAINER_ENVIRONMENTS = env_list("TRAINER_ENVIRONMENTS", [])
+# The outbox sweepers (uploads; jobs ride on the reaper): re-send a queued row never sent after
+# DISPATCH_GRACE_SECONDS, or sent DISPATCH_RESEND_SECONDS ago and never claimed.
+DISPATCH_SWEEP_EVERY_SECONDS = env_int("DISPATCH_SWEEP_EVERY_SECONDS", 30, minimum=1)
+DISPATCH_GRACE_SECONDS = 10
+DISPATCH_RESEND_SECONDS = env_int("DISPATCH_RESEND_SECONDS", 600, minimum=10)
+DISPATCH_SWEEP_LIMIT = 500  # rows re-sent per sweep at most
 CELERY_BEAT_SCHEDULE = {
     "reap-jobs": {"task": "flywheel.training.reaper.reap_jobs", "schedule": float(JOB_REAP_EVERY_SECONDS)},
+    "sweep-uploads": {
+        "task": "flywheel.ingest.tasks.sweep_uploads",
+        "schedule": float(DISPATCH_SWEEP_EVERY_SECONDS),
+    },
 }
 
 # --- Registry and serving -----------------------------------------------------------------
@@ -237,5 +313,7 @@ SERVE_DEVICE = env_str("SERVE_DEVICE", "cpu")
 SERVE_MAX_NEW_TOKENS = env_int("SERVE_MAX_NEW_TOKENS", 256, minimum=1)
 SERVE_STARTUP_SECONDS = env_int("SERVE_STARTUP_SECONDS", 300, minimum=5)
 SERVE_REQUEST_SECONDS = env_int("SERVE_REQUEST_SECONDS", 300, minimum=5)
+# The app's own serving process is (re)started at most once per this many seconds.
+SERVE_RESTART_MIN_SECONDS = env_int("SERVE_RESTART_MIN_SECONDS", 30, minimum=0)
 # How `python -m trainer serve` starts; the same override as TRAINER_COMMAND.
 SERVE_COMMAND = env_list("SERVE_COMMAND", [sys.executable, "-m", "trainer", "serve"])

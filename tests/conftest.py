@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -15,11 +15,13 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.test import override_settings
 
+from flywheel.core.models import Agent
 from flywheel.core.roles import Role
-from flywheel.core.services import roles_sync
+from flywheel.core.services import all_agents_grant, roles_sync
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct-horse-battery-staple"
+ALL_AGENTS = "all"
 TAU_BENCH = REPO_ROOT.parent / "shared" / "external" / "tau_bench" / "gpt-4o-airline.json"
 
 
@@ -41,16 +43,24 @@ def media_root(tmp_path_factory) -> Iterator[Path]:
 
 @pytest.fixture
 def make_user(django_user_model) -> Callable[..., object]:
-    """make_user(role) -> a user in that role's group; make_user(None) has no role at all."""
+    """make_user(role) -> a user in that role's group; make_user(None) has no role at all.
+
+    `agents`: ALL_AGENTS (the default: the all-agents grant, as the upgrade migration gives every
+    existing user) or the agents the user is a member of; tests of per-agent access name them.
+    """
 
     # Transactional tests flush the tables, taking the migration's role groups with them.
     roles_sync()
 
-    def make(role: Role | None, username: str | None = None):
+    def make(role: Role | None, username: str | None = None, agents: Iterable[Agent] | str = ALL_AGENTS):
         name = username or f"{role.value if role else 'norole'}-{uuid.uuid4().hex[:6]}"
         user = django_user_model.objects.create_user(username=name, password=PASSWORD)
         if role is not None:
             user.groups.add(Group.objects.get(name=role.value))
+        if agents == ALL_AGENTS:
+            all_agents_grant(user=user)
+        else:
+            user.member_agents.add(*agents)
         return user
 
     return make

@@ -19,7 +19,7 @@ from transformers import TrainerCallback
 from trainer.contracts import CheckpointEvent, LogEvent, MetricEvent, SampleEvent
 from trainer.flags import FlagWatch, rate_value
 from trainer.heldout import HeldoutEvaluator
-from trainer.jobs import EventStream, StopFlag
+from trainer.jobs import EventStream, StopFlag, is_main_process
 from trainer.spec.adapters import CHECKPOINTS, WEIGHTS_FILE, write_manifest
 
 HELDOUT_PREFIX = "heldout/"
@@ -35,6 +35,10 @@ LOG_METRICS = {
     "kl": "kl",
     "entropy": "entropy",
     "clip_ratio/region_mean": "clip_ratio",
+    "clip_ratio/low_mean": "clip_ratio/low",
+    "clip_ratio/high_mean": "clip_ratio/high",
+    "completions/clipped_ratio": "truncated_share",
+    "redraws": "dynamic_sampling/redraws",
     "mean_token_accuracy": "token_accuracy",
 }
 # The evaluator's overall keys reported as `heldout/<key>` metrics.
@@ -71,24 +75,26 @@ class ProtocolCallback(TrainerCallback):
         self._last_tokens: tuple[float, float] | None = None  # (time, tokens seen)
         self._evaluated_steps: set[int] = set()
         self.first_step = 0  # a resumed attempt starts at its checkpoint's step
+        # Under `accelerate launch` every process trains; only the main one evaluates, writes and reports.
+        self.main = is_main_process()
 
     def bind(self, model: Any) -> None:
         self.model = model
 
     def evaluate_heldout(self, step: int) -> None:
-        if self.heldout is None or self.model is None or step in self._evaluated_steps:
+        if not self.main or self.heldout is None or self.model is None or step in self._evaluated_steps:
             return
         self._evaluated_steps.add(step)
         started = time.perf_counter()
-        overall = self.heldout.evaluate(self.model)
-        self.last_heldout = overall
+        result = self.heldout.evaluate(self.model)
+        overall = self.last_heldout = result.overall
         for name in HELDOUT_METRICS:
             value = rate_value(overall, name)
             if value is not None:
                 self.events.emit(MetricEvent(step=step, name=HELDOUT_PREFIX + name, value=value))
         self.events.emit(LogEvent(f"held-out evaluation at step {step}: {len(self.heldout.tasks)} tasks in "
                                   f"{time.perf_counter() - started:.1f}s"))
-        self._flag(self.flags.heldout(step, overall))
+        self._flag(self.flags.heldout(step, result.outcomes))
 
     def _flag(self, event: LogEvent | None) -> None:
         if event is not None:
@@ -125,6 +131,8 @@ class ProtocolCallback(TrainerCallback):
             self.flags.train_reward(float(logs["reward"]))
         if isinstance(logs.get("completions/mean_length"), (int, float)):
             self._flag(self.flags.completion_length(step, float(logs["completions/mean_length"])))
+        if isinstance(logs.get("completions/clipped_ratio"), (int, float)):
+            self._flag(self.flags.truncation(step, float(logs["completions/clipped_ratio"])))
         self._tokens_per_second(step, logs.get("num_tokens"))
 
     def _tokens_per_second(self, step: int, tokens: Any) -> None:
@@ -145,11 +153,10 @@ class ProtocolCallback(TrainerCallback):
 
     def save(self, step: int, output_dir: str) -> None:
         folder = Path(output_dir) / CHECKPOINTS / f"checkpoint-{step}"
-        if not (folder / WEIGHTS_FILE).is_file():
+        if not self.main or not (folder / WEIGHTS_FILE).is_file():
             return
-        write_manifest(folder, base_model=self.manifest.base_model,
-                                snapshot_sha256=self.manifest.snapshot_sha256, config=self.manifest.config,
-                                metrics={"step": step, **self.last_step_metrics})
+        write_manifest(folder, base_model=self.manifest.base_model, snapshot_sha256=self.manifest.snapshot_sha256,
+                       config=self.manifest.config, metrics={"step": step, **self.last_step_metrics})
         self.events.emit(CheckpointEvent(step=step, path=str(folder)))
         for sample in self.samples(step) if self.samples else []:
             self.events.emit(sample)

@@ -15,10 +15,12 @@ from collections.abc import Sequence
 from functools import partial
 
 from trainer.contracts import ContractError
-from trainer.environments import environment_names, make_environment
+from trainer.environments import EnvironmentUnavailable, environment_names, make_environment
 from trainer.environments.batch import episode_lines
+from trainer.environments.entry_point import is_entry_point
+from trainer.environments.mcp import is_mcp
 from trainer.jobs import die_with_parent, run_job
-from trainer.spec.bfcl import load_bfcl_tasks
+from trainer.spec.bfcl import import_bfcl
 from trainer.spec.config import config_help
 from trainer.spec.eval import EvalConfig
 from trainer.spec.kinds import config_class
@@ -45,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_job(sub, "sft", "supervised fine-tuning of a LoRA adapter on a snapshot's expected calls", "trainer.sft")
     add_job(sub, "grpo", "GRPO (or DAPO, Dr. GRPO, GSPO) on a LoRA adapter with a verifier's reward", "trainer.grpo")
     add_job(sub, "gate", "compare a candidate adapter with the live one and decide on promotion", "trainer.gate")
+    add_job(sub, "mine", "keep the train tasks the model solves sometimes but not always (hard-task mining)",
+            "trainer.mine")
     add_serve(sub)
     add_models(sub)
     return parser
@@ -66,16 +70,26 @@ def add_tasks(sub: argparse._SubParsersAction) -> None:
     bfcl = kinds.add_parser("from-bfcl", help="BFCL questions (+ possible answers) to native task JSONL on stdout")
     bfcl.add_argument("--questions", required=True, help="BFCL_v4_<category>.json")
     bfcl.add_argument("--answers", help="possible_answer/BFCL_v4_<category>.json; without it no call is expected")
+    bfcl.add_argument("--strict", action="store_true",
+                      help="write nothing and exit 1 when a question cannot be converted (by default it is skipped, "
+                           "with its reason on stderr)")
     bfcl.set_defaults(handler=_tasks_from_bfcl)
 
 
 def _tasks_from_bfcl(args: argparse.Namespace) -> int:
     try:
-        tasks = load_bfcl_tasks(args.questions, args.answers)
+        imported = import_bfcl(args.questions, args.answers)
     except (OSError, ContractError, KeyError) as error:
         print(f"tasks from-bfcl: {error}", file=sys.stderr)
         return EXIT_USAGE
-    for task in tasks:
+    for skipped in imported.skipped:
+        print(f"tasks from-bfcl: skipped {skipped.reason}", file=sys.stderr)
+    if imported.skipped:
+        total = len(imported.tasks) + len(imported.skipped)
+        print(f"tasks from-bfcl: skipped {len(imported.skipped)} of {total} questions", file=sys.stderr)
+        if args.strict or not imported.tasks:
+            return EXIT_INPUT_ERRORS
+    for task in imported.tasks:
         sys.stdout.write(task.to_json_line() + "\n")
     return 0
 
@@ -88,11 +102,19 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
     verify.add_argument("--policy", help="safety policy JSON for the agent (default: the built-in policy)")
     verify.add_argument(
         "--env",
-        choices=environment_names(),
-        help="run each output as an episode: single_step (the verifier) or workbench (a list of calls per task, "
-        "run in the workplace sandbox; data from $FLYWHEEL_WORKBENCH_DIR, default ../shared/external/workbench)",
+        type=_environment_name,
+        help="run each output as an episode: single_step (the verifier), workbench (a list of calls per task, "
+        "run in the workplace sandbox; data from $FLYWHEEL_WORKBENCH_DIR, default ../shared/external/workbench), "
+        "a team's environment as package.module:factory, or an MCP server as mcp:<command>",
     )
     verify.set_defaults(handler=_verify)
+
+
+def _environment_name(name: str) -> str:
+    if name in environment_names() or is_entry_point(name) or is_mcp(name):
+        return name
+    raise argparse.ArgumentTypeError(f"unknown environment {name!r}: {', '.join(environment_names())}, "
+                                     "package.module:factory or mcp:<command>")
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -101,7 +123,7 @@ def _verify(args: argparse.Namespace) -> int:
         policy = SafetyPolicy.load(args.policy) if args.policy else None
         environment = make_environment(args.env, args.verifier, policy) if args.env else None
         outputs = sys.stdin if args.outputs == "-" else open(args.outputs, encoding="utf-8")  # noqa: SIM115
-    except (OSError, ContractError, json.JSONDecodeError) as error:
+    except (OSError, ContractError, json.JSONDecodeError, EnvironmentUnavailable) as error:
         print(f"verify: {error}", file=sys.stderr)
         return EXIT_USAGE
     summary = Summary(verifier=environment.label if environment else args.verifier)

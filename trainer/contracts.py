@@ -212,7 +212,7 @@ class Verdict:
 
 # --- The job protocol (DESIGN.md): a RunSpec in, one event per line out -------------------
 
-JOB_KINDS = ("eval", "sft", "grpo", "gate")
+JOB_KINDS = ("eval", "sft", "grpo", "gate", "mine")
 # The worker names its pid here so that a trainer whose worker died before it started stops at once.
 PARENT_PID_ENV = "FLYWHEEL_PARENT_PID"
 
@@ -225,7 +225,8 @@ class RunSpec:
     `trainer.spec.eval.EvalConfig`); `adapter` is the parent adapter to start from or evaluate.
     `task_paths` are the tasks the kind works on (trained on for sft and grpo, evaluated for
     eval and gate); `heldout_paths` the held-out tasks a training run evaluates as it goes;
-    `regression_paths` the regression tasks a gate must not break.
+    `regression_paths` the regression tasks a gate must not break. `safety_policy` is the agent's
+    `SafetyPolicy` as JSON (None: the default policy), which every kind judges unsafe calls by.
     Paths may be relative; `trainer.jobs.load_spec` resolves them against the spec's folder.
     """
 
@@ -238,6 +239,7 @@ class RunSpec:
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     heldout_paths: list[str] = field(default_factory=list)
     regression_paths: list[str] = field(default_factory=list)
+    safety_policy: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -250,6 +252,7 @@ class RunSpec:
             "hyperparameters": self.hyperparameters,
             "heldout_paths": self.heldout_paths,
             "regression_paths": self.regression_paths,
+            "safety_policy": self.safety_policy,
         }
 
     @classmethod
@@ -264,6 +267,9 @@ class RunSpec:
         seed = data.get("seed", 0)
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ContractError("run spec: 'seed' must be an integer")
+        policy = data.get("safety_policy")
+        if policy is not None and not isinstance(policy, dict):
+            raise ContractError("run spec: 'safety_policy' must be an object or null")
         return cls(
             kind=kind,
             base_model=_require(data, "base_model", str, "run spec"),
@@ -274,6 +280,7 @@ class RunSpec:
             hyperparameters=dict(data.get("hyperparameters") or {}),
             heldout_paths=_path_list(data, "heldout_paths"),
             regression_paths=_path_list(data, "regression_paths"),
+            safety_policy=policy,
         )
 
 

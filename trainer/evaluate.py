@@ -1,71 +1,73 @@
 """Evaluate a model (a base, or a base plus an adapter) on a task snapshot, with DESIGN.md's metrics.
 
 Each task is rendered (`trainer.prompts`), generated (`trainer.rollout`), parsed and judged:
-- valid JSON: the parser read at least one well-formed call in the output (for a task that
-  expects no call, an answer without one is valid too);
+- valid JSON: the output's calls are written as JSON, and every call block is well-formed: the
+  parser read at least one call, from JSON only (bare, in `<tool_call>` tags, in a code fence, or
+  inside prose; `trainer.parsing`'s `ParseResult.json`), and no tag or fence or opening call block
+  failed to parse; one malformed call among several makes the answer invalid, and Python call
+  syntax is not JSON. Parseable is the looser rate: the parser read at least one call in any
+  syntax it accepts (JSON or Python), as the verifiers do. For a task that expects no call, an
+  answer without one counts as both;
 - correct tool: exactly the expected tools were called; correct arguments: the tools and
   every argument match (`trainer.verifiers.matching`, lenient values);
 - unsafe action: a call breaks the safety policy; verifier pass and reward: the verdict
   of the configured verifier (`bfcl` for benchmark-comparable scores);
-- execution success: the task's environment ran the calls and reached the expected state.
-  No environment exists yet for these task sets, so it is reported as not applicable
-  (null) unless an `Environment` is passed in.
-Every rate comes with a bootstrap 95% interval, overall and per bucket and per source,
-along with latency p50/p95, tokens and cost per task, per-task results, and the method
-recommended next. `run_eval` is the `eval` job of the protocol.
+- execution success: the task's environment (`environment: workbench`) ran the output's calls
+  and reached the expected state; an output whose calls cannot be read runs nothing and fails.
+  Without an environment it is reported as not applicable (null).
+Every rate comes with a Wilson 95% interval (mean reward with a bootstrap one), overall and
+per bucket and per source, along with latency p50/p95, tokens and cost per task, per-task
+results, and the method recommended next. `run_eval` is the `eval` job of the protocol.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task, ToolCall
-from trainer.environments import make_environment
+from trainer.environments import Environment, EnvironmentUnavailable, make_environment
 from trainer.environments.workbench.data import WorkbenchDataMissing
+from trainer.episodes import TRUNCATING_ENDS, Episode, run_episodes
 from trainer.jobs import EventStream, StopFlag
 from trainer.parsing import NO_CALL, parse_tool_calls
 from trainer.recommend import recommend
 from trainer.rollout import Generation, GenerationBackend, GenerationHooks, open_runtime
 from trainer.spec.config import SpecError, config_from_json
-from trainer.spec.eval import EvalConfig, SamplingConfig, safety_policy
-from trainer.spec.tasks import last_user_text, load_tasks, seeded_sample, snapshot_sha256
-from trainer.stats import mean, mean_interval, percentile
+from trainer.spec.eval import EpisodeBudget, EvalConfig, SamplingConfig, safety_policy
+from trainer.spec.tasks import (
+    last_user_text,
+    read_task_files,
+    seeded_sample,
+    skipped_warning,
+    snapshot_sha256,
+    with_skipped,
+)
+from trainer.stats import mean, mean_interval, percentile, rate_interval
 from trainer.verifiers import SafetyPolicy, Verifier, get_verifier
 from trainer.verifiers.matching import match_calls
 from trainer.verifiers.safety import check_task_calls
 
-RATES = ("valid_json", "correct_tool", "correct_arguments", "execution_success", "unsafe_action", "verifier_pass")
+RATES = ("valid_json", "parseable", "correct_tool", "correct_arguments", "execution_success", "unsafe_action",
+         "verifier_pass")
 NO_GROUP = "(none)"
 _NO_ENVIRONMENT = "not applicable: no environment ran these tasks"
 
 
-class Environment(Protocol):
-    """Runs a task's calls and says whether the expected end state was reached."""
-
-    def execute(self, task: Task, calls: list[ToolCall]) -> bool: ...
-
-
-@dataclass(frozen=True)
-class EndStateEnvironment:
-    """Execution success from a trainer environment: run the answer's calls, compare the end states."""
-
-    runner: Any
-
-    def execute(self, task: Task, calls: list[ToolCall]) -> bool:
-        return bool(self.runner.run_calls(task, calls).execution_success)
-
-
 def execution_environment(name: str | None, policy: SafetyPolicy) -> Environment | None:
+    """The sandbox that runs each answer for execution success; None for none.
+
+    A SpecError when its data is missing or a team's entry point cannot build it: before any generation.
+    """
     if name is None:
         return None
     try:
-        return EndStateEnvironment(make_environment(name, policy=policy))
-    except WorkbenchDataMissing as error:
+        return make_environment(name, policy=policy)
+    except (WorkbenchDataMissing, EnvironmentUnavailable) as error:
         raise SpecError(str(error)) from None
 
 
@@ -79,6 +81,7 @@ class Judgement:
     correct_tool: bool
     correct_arguments: bool
     violations: list[str]
+    parseable: bool
 
 
 @dataclass(frozen=True)
@@ -105,23 +108,29 @@ class TaskResult:
     completion_tokens: int
     finished: bool
     cost: float
+    parseable: bool | None = None  # None in results written before it was measured
+    # Episodes only (`max_turns` above 1): model turns, why the episode ended, and its turns as chat messages.
+    turns: int | None = None
+    ended: str | None = None
+    episode: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def judge(task: Task, output: str, policy: SafetyPolicy) -> Judgement:
-    """Valid JSON, correct tool, correct arguments and safety of one output for one task."""
+    """Valid JSON, parseable, correct tool, correct arguments and safety of one output for one task."""
     parsed = parse_tool_calls(output)
+    called = parsed.ok and bool(parsed.calls)
     if task.no_call_expected:
         abstained = not parsed.calls and (parsed.ok or parsed.error_kind == NO_CALL)
-        return Judgement(parsed.calls if parsed.ok else None, parsed.error, parsed.ok or abstained, abstained,
-                         abstained, _violations(task, parsed.calls, policy))
-    if not parsed.ok or not parsed.calls:
-        return Judgement(parsed.calls if parsed.ok else None, parsed.error, False, False, False, [])
+        return Judgement(parsed.calls if parsed.ok else None, parsed.error, abstained or (called and parsed.json),
+                         abstained, abstained, _violations(task, parsed.calls, policy), parseable=abstained or called)
+    if not called:
+        return Judgement(parsed.calls if parsed.ok else None, parsed.error, False, False, False, [], parseable=False)
     match = match_calls(task, parsed.calls)
-    return Judgement(parsed.calls, None, True, match.tool_share == 1.0, match.complete,
-                     _violations(task, parsed.calls, policy))
+    return Judgement(parsed.calls, None, parsed.json, match.tool_share == 1.0, match.complete,
+                     _violations(task, parsed.calls, policy), parseable=True)
 
 
 def _violations(task: Task, calls: list[ToolCall], policy: SafetyPolicy) -> list[str]:
@@ -146,12 +155,13 @@ def task_result(
     """Judge, verify and (where an environment exists) execute one generation of one task."""
     judged = judge(task, generation.text, policy)
     verdict = verifier.verify([task], [generation.text])[0]
-    # An unreadable output runs no call; the environment still says whether the state is right.
-    executed = environment.execute(task, judged.calls or []) if environment is not None else None
+    # The environment judges the output itself: an unreadable one runs nothing and never succeeds.
+    executed = bool(environment.run_output(task, generation.text).execution_success) if environment else None
     return TaskResult(
         task_id=task.id, bucket=task.metadata.bucket, source=task.metadata.source, output=generation.text,
         calls=[call.to_json() for call in judged.calls] if judged.calls is not None else None,
-        parse_error=judged.parse_error, valid_json=judged.valid_json, correct_tool=judged.correct_tool,
+        parse_error=judged.parse_error, valid_json=judged.valid_json, parseable=judged.parseable,
+        correct_tool=judged.correct_tool,
         correct_arguments=judged.correct_arguments, execution_success=executed,
         unsafe_action=bool(judged.violations), violations=judged.violations, verifier_pass=verdict.passed,
         reward=verdict.reward, verdict=verdict.to_json(), latency_s=round(generation.latency_s, 4),
@@ -164,14 +174,19 @@ def task_result(
 
 
 def summarize(results: Sequence[TaskResult], resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """DESIGN.md's metrics over `results`: each rate with its bootstrap 95% interval."""
+    """DESIGN.md's metrics over `results`: each rate with its Wilson 95% interval, mean reward with a bootstrap one.
+
+    A rate over the tasks it was measured on (`n`); none measured (execution success without an
+    environment, or no task at all) is `{"value": None, "low": None, "high": None, "n": 0}`.
+    """
     summary: dict[str, Any] = {"tasks": len(results)}
     for name in RATES:
         values = [float(value) for result in results if (value := getattr(result, name)) is not None]
-        interval = mean_interval(values, resamples=resamples, seed=seed)
+        interval = rate_interval(values)
         summary[f"{name}_rate"] = interval.to_json() if interval else _unmeasured(name)
     rewards = mean_interval([result.reward for result in results], resamples=resamples, seed=seed)
     summary["mean_reward"] = rewards.to_json() if rewards else None
+    summary.update(_episode_figures(results))
     latencies = [result.latency_s for result in results]
     summary["latency_p50_s"] = round(percentile(latencies, 50), 4) if latencies else None
     summary["latency_p95_s"] = round(percentile(latencies, 95), 4) if latencies else None
@@ -179,6 +194,20 @@ def summarize(results: Sequence[TaskResult], resamples: int = 1000, seed: int = 
         values = [float(getattr(result, name)) for result in results]
         summary[f"{name}_per_task"] = round(mean(values), 6) if values else None
     return summary
+
+
+def _episode_figures(results: Sequence[TaskResult]) -> dict[str, Any]:
+    """Turns and calls per episode and the share the budget cut short, where the results are episodes."""
+    episodes = [result for result in results if result.turns is not None]
+    if not episodes:
+        return {}
+    truncated = rate_interval([float(result.ended in TRUNCATING_ENDS) for result in episodes])
+    return {
+        "turns_per_episode": round(mean([float(result.turns or 0) for result in episodes]), 4),
+        "calls_per_episode": round(mean([float(len(result.calls or [])) for result in episodes]), 4),
+        "truncation_rate": truncated.to_json() if truncated else _unmeasured("truncation"),
+        "ended": dict(sorted(Counter(result.ended or "" for result in episodes).items())),
+    }
 
 
 def _unmeasured(name: str) -> dict[str, Any]:
@@ -224,9 +253,13 @@ class Evaluation:
 
 
 def evaluate_tasks(
-    tasks: Sequence[Task], evaluation: Evaluation, sampling: SamplingConfig, hooks: GenerationHooks | None = None
+    tasks: Sequence[Task], evaluation: Evaluation, sampling: SamplingConfig, hooks: GenerationHooks | None = None,
+    budget: EpisodeBudget | None = None,
 ) -> list[TaskResult]:
-    """One greedy (or sampled) answer per task, judged: the per-task results, in task order."""
+    """One greedy (or sampled) answer per task, judged, or with a `budget` one episode per task: the
+    per-task results, in task order."""
+    if budget is not None:
+        return evaluate_episodes(tasks, evaluation, sampling, budget, hooks)
     prompts = [evaluation.render(task) for task in tasks]
     generations = evaluation.backend.generate(prompts, sampling, hooks)
     return [
@@ -236,29 +269,76 @@ def evaluate_tasks(
     ]
 
 
+def evaluate_episodes(
+    tasks: Sequence[Task], evaluation: Evaluation, sampling: SamplingConfig, budget: EpisodeBudget,
+    hooks: GenerationHooks | None = None,
+) -> list[TaskResult]:
+    """One episode per task in the evaluation's environment (`trainer.episodes`), judged: per-task results, in order."""
+    environment = evaluation.environment
+    if environment is None:
+        raise SpecError("episodes need an environment to run their calls in")
+
+    def respond(conversations: list[Task]) -> list[Generation]:
+        generations = evaluation.backend.generate([evaluation.render(task) for task in conversations], sampling, hooks)
+        return [samples[0] for samples in generations]
+
+    episodes = run_episodes(tasks, environment.spawn, respond, budget)
+    return [episode_result(episode, evaluation.policy, evaluation.prices) for episode in episodes]
+
+
+def episode_result(episode: Episode, policy: SafetyPolicy, prices: Prices) -> TaskResult:
+    """An episode as a results line: every call of the episode judged together, the environment as its verifier."""
+    task, judgement = episode.task, episode.judgement
+    if judgement is None:
+        raise ValueError(f"episode of {task.id} was never judged")
+    judged = judge(task, episode.output, policy)
+    violations = sorted({*judged.violations, *judgement.unsafe})
+    calls = [call.to_json() for call in episode.calls]
+    return TaskResult(
+        task_id=task.id, bucket=task.metadata.bucket, source=task.metadata.source, output=episode.output,
+        calls=calls, parse_error=episode.failure or judged.parse_error, valid_json=judged.valid_json,
+        parseable=judged.parseable, correct_tool=judged.correct_tool, correct_arguments=judged.correct_arguments,
+        execution_success=judgement.execution_success, unsafe_action=bool(violations), violations=violations,
+        verifier_pass=judgement.passed, reward=judgement.reward, verdict=judgement.verdict().to_json(),
+        latency_s=round(episode.latency_s, 4), prompt_tokens=episode.prompt_tokens,
+        completion_tokens=episode.completion_tokens, finished=not judgement.truncated,
+        cost=prices.cost(episode.prompt_tokens, episode.completion_tokens),
+        turns=len(episode.turns), ended=episode.ended, episode=episode.messages,
+    )
+
+
 def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     """The `eval` job: evaluate, write results and metrics to the output folder, report them."""
     config = config_from_json(EvalConfig, spec.hyperparameters, "eval hyperparameters")
-    all_tasks = load_tasks(spec.task_paths)
+    loaded = read_task_files(spec.task_paths, strict=config.strict_tasks)
+    all_tasks = loaded.tasks
+    if warning := skipped_warning(loaded.skipped):
+        events.emit(warning)
     tasks = seeded_sample(all_tasks, config.sample_size, spec.seed)
     snapshot = snapshot_sha256(spec.task_paths)
-    policy = safety_policy(config.safety_policy)
+    policy = safety_policy(config.safety_policy, spec.safety_policy)
     events.emit(LogEvent(f"evaluating {len(tasks)} of {len(all_tasks)} tasks (snapshot {snapshot[:12]}) "
                          f"on {spec.base_model}" + (f" + adapter {spec.adapter}" if spec.adapter else "")))
+    environment = execution_environment(config.environment, policy)  # a bad one stops the job before the model loads
     runtime = open_runtime(spec.base_model, spec.adapter, config.backend, config.device, spec.seed)
     events.emit(LogEvent(f"model ready: {runtime.description}"))
     evaluation = Evaluation(
         backend=runtime.backend, render=runtime.render, verifier=get_verifier(config.verifier, policy), policy=policy,
         prices=Prices(config.price_per_million_input_tokens, config.price_per_million_output_tokens),
-        environment=execution_environment(config.environment, policy),
+        environment=environment,
     )
     hooks = GenerationHooks(should_stop=lambda: stop.requested,
                             on_progress=lambda done, total: events.emit(LogEvent(f"generated {done}/{total}")))
-    results = evaluate_tasks(tasks, evaluation, config.sampling(spec.seed), hooks)
+    budget = config.episode_budget()
+    if budget is not None:
+        events.emit(LogEvent(f"episodes of at most {budget.max_turns} turns and {budget.max_tokens} generated tokens "
+                             f"in {config.environment}"))
+    results = evaluate_tasks(tasks, evaluation, config.sampling(spec.seed), hooks, budget)
     report = metrics_report(results, config.bootstrap_resamples, spec.seed)
     report.update(model={"base": spec.base_model, "adapter": spec.adapter, "resolved": runtime.description},
-                  snapshot_sha256=snapshot, verifier=config.verifier, config=asdict(config), seed=spec.seed)
-    return _finish(spec, config, tasks, results, report, events)
+                  snapshot_sha256=snapshot, verifier=config.verifier, config=asdict(config), seed=spec.seed,
+                  safety_policy=policy.to_json(), skipped_tasks=[line.to_json() for line in loaded.skipped])
+    return with_skipped(_finish(spec, config, tasks, results, report, events), loaded.skipped)
 
 
 def _finish(

@@ -12,7 +12,9 @@ On several GPUs: `accelerate launch --num_processes N -m trainer grpo --spec run
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,10 +25,10 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trainer import training
 from trainer.callbacks import ProtocolCallback
-from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task
+from trainer.contracts import DoneEvent, MetricEvent, RunSpec, SampleEvent, Task
 from trainer.evaluate import execution_environment
 from trainer.jobs import EventStream, StopFlag
-from trainer.parsing import parse_tool_calls
+from trainer.lengths import answer_tokens, checked_limit
 from trainer.prompts import render_prompt
 from trainer.spec.grpo import GrpoConfig
 from trainer.spec.tasks import last_user_text
@@ -46,8 +48,7 @@ class TaskReward:
 
     __name__ = "task_reward"  # TRL names a reward function's metrics after it
 
-    def __init__(self, tasks: Sequence[Task], verifier: str, environment: str | None) -> None:
-        policy = SafetyPolicy.default()
+    def __init__(self, tasks: Sequence[Task], verifier: str, environment: str | None, policy: SafetyPolicy) -> None:
         self.tasks = {task.id: task for task in tasks}
         self.verifier = get_verifier(verifier, policy)
         self.environment = execution_environment(environment, policy)
@@ -62,16 +63,23 @@ class TaskReward:
         for task, completion, verdict in zip(tasks, completions, verdicts, strict=True):
             reward, components = verdict.reward, dict(verdict.components)
             if self.environment is not None:
-                reward = float(self._executes(task, completion))
-                components = {"execution_success": reward, **{f"verifier_{k}": v for k, v in components.items()}}
+                # The sandbox's judgement of the whole output: an unreadable one gets the floor, an unsafe
+                # one that reaches the expected state loses its success.
+                judged = self.environment.run_output(task, completion)
+                reward = judged.reward
+                components = {**judged.components, **{f"verifier_{k}": v for k, v in components.items()}}
             batch.append(Scored(task.id, completion, reward, components))
         self.last_batch = batch
         return [row.reward for row in batch]
 
-    def _executes(self, task: Task, completion: str) -> bool:
-        assert self.environment is not None
-        calls = parse_tool_calls(completion).calls
-        return calls is not None and self.environment.execute(task, calls)
+    def groups(self, group_size: int) -> list[list[Scored]]:
+        """The last batch's groups: TRL puts the `group_size` completions of one prompt next to each other."""
+        return [self.last_batch[start:start + group_size] for start in range(0, len(self.last_batch), group_size)]
+
+    def groups_tied(self, group_size: int) -> bool:
+        """Whether every group of the last batch has one reward for all its completions: no advantage anywhere."""
+        groups = [[row.reward for row in group] for group in self.groups(group_size)]
+        return bool(groups) and all(max(group) - min(group) < 1e-9 for group in groups)
 
     def component_stats(self) -> dict[str, float]:
         """Mean and spread of each component over the last batch, as `reward/<component>/mean|std` metrics."""
@@ -92,9 +100,10 @@ class TaskReward:
 class GrpoCallback(ProtocolCallback):
     """The shared callback, plus the reward components and the repetition check of each batch."""
 
-    def __init__(self, *args: Any, reward: TaskReward, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, reward: TaskReward, group_size: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.reward = reward
+        self.group_size = group_size
 
     def log(self, step: int, logs: Mapping[str, Any]) -> None:
         super().log(step, logs)
@@ -103,7 +112,8 @@ class GrpoCallback(ProtocolCallback):
         for name, value in self.reward.component_stats().items():
             if math.isfinite(value):
                 self.events.emit(MetricEvent(step=step, name=name, value=value))
-        self._flag(self.flags.completions(step, [(row.task_id, row.completion) for row in self.reward.last_batch]))
+        groups = [[row.completion for row in group] for group in self.reward.groups(self.group_size)]
+        self._flag(self.flags.completions(step, groups))
 
 
 def training_arguments(run: training.TrainingRun[GrpoConfig]) -> GRPOConfig:
@@ -113,15 +123,68 @@ def training_arguments(run: training.TrainingRun[GrpoConfig]) -> GRPOConfig:
         learning_rate=config.learning_rate,
         per_device_train_batch_size=config.num_generations * config.prompts_per_step,
         gradient_accumulation_steps=1,
+        steps_per_generation=config.steps_per_generation,
+        num_iterations=config.num_iterations,
         num_generations=config.num_generations,
         max_completion_length=config.max_completion_length,
         temperature=config.temperature,
         top_p=config.top_p,
         loss_type=config.loss_type,
         importance_sampling_level=config.importance_sampling_level,
+        epsilon=config.epsilon,
+        epsilon_high=config.epsilon_high,
+        scale_rewards=config.rewards_scaling(),
+        mask_truncated_completions=config.mask_truncated_completions,
         beta=config.beta,
         log_completions=False,
     )
+
+
+class RedrawingGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer with DAPO's dynamic sampling: a generation batch whose groups all tie is drawn again.
+
+    A tied group has zero advantage and moves nothing; a step made only of them is wasted. Up to
+    `redraws` times, the batch's tasks are replaced by other train tasks (seeded) and generated
+    again; the metrics TRL recorded for a discarded batch are taken back, and how many redraws each
+    batch needed is logged as `redraws`. One process only: with several, each would decide alone.
+    """
+
+    def __init__(self, *args: Any, reward: TaskReward, group_size: int, redraws: int,
+                 rows: dict[str, dict[str, Any]], seed: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reward = reward
+        self.group_size = group_size
+        self.redraws = redraws if self.accelerator.num_processes == 1 else 0
+        self.rows = rows
+        self.random = random.Random(seed)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        for attempt in range(self.redraws + 1):
+            recorded = {name: len(values) for name, values in self._metrics["train"].items()}
+            output = super()._generate_and_score_completions(inputs)
+            if attempt == self.redraws or not self.reward.groups_tied(self.group_size):
+                self._metrics["train"]["redraws"].append(float(attempt))
+                return output
+            self._take_back_metrics(recorded)
+            inputs = self._other_tasks(inputs)
+        raise AssertionError("unreachable: the last attempt returns")
+
+    def _take_back_metrics(self, recorded: dict[str, int]) -> None:
+        metrics = self._metrics["train"]
+        for name in list(metrics):
+            if name in recorded:
+                del metrics[name][recorded[name]:]
+            else:
+                del metrics[name]
+
+    def _other_tasks(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The same number of groups, each of a train task not in `inputs` where there are enough."""
+        used = list(dict.fromkeys(row["task_id"] for row in inputs))
+        pool = [task_id for task_id in self.rows if task_id not in used] or list(self.rows)
+        chosen = self.random.sample(pool, min(len(used), len(pool)))
+        while len(chosen) < len(used):
+            chosen.append(self.random.choice(pool))
+        return [dict(self.rows[task_id]) for task_id in chosen for _ in range(self.group_size)]
 
 
 class GrpoRecipe:
@@ -131,11 +194,16 @@ class GrpoRecipe:
     def __init__(self) -> None:
         self.reward: TaskReward | None = None
 
-    def prepare(self, config: GrpoConfig, tasks: list[Task], events: EventStream) -> None:
-        if config.importance_sampling_level == "sequence" and config.loss_type != "grpo":
-            events.emit(LogEvent(f"sequence-level importance sampling with the {config.loss_type} loss is not GSPO "
-                                 "(GSPO uses loss_type grpo)", level="warning"))
-        self.reward = TaskReward(tasks, config.verifier, config.environment)
+    def prepare(self, setup: training.Setup[GrpoConfig]) -> None:
+        config = setup.config
+        self.reward = TaskReward(setup.tasks, config.verifier, config.environment, setup.policy)
+
+    def limits(self, setup: training.Setup[GrpoConfig], tokenizer: Any) -> GrpoConfig:
+        config = setup.config
+        limit = checked_limit(answer_tokens(setup.tasks, tokenizer), knob="max_completion_length",
+                              limit=config.max_completion_length, max_cut_share=config.max_truncated_share,
+                              events=setup.events)
+        return dataclasses.replace(config, max_completion_length=limit)
 
     def build(self, run: training.TrainingRun[GrpoConfig]) -> training.Built:
         config, reward = run.config, self.reward
@@ -143,16 +211,19 @@ class GrpoRecipe:
         callback = GrpoCallback(
             run.events, run.stop, run.manifest, **run.callback_options(),
             samples=lambda step: reward.samples(step, config.sample_events), reward=reward,
+            group_size=config.num_generations,
         )  # fmt: skip
-        dataset = Dataset.from_list([{"prompt": render_prompt(task, run.tokenizer), "task_id": task.id}
-                                     for task in run.tasks])
-        trainer = GRPOTrainer(
-            model=run.model, reward_funcs=[reward], args=training_arguments(run), train_dataset=dataset,
-            processing_class=run.tokenizer, callbacks=[callback], peft_config=run.peft_config(),
+        rows = {task.id: {"prompt": render_prompt(task, run.tokenizer), "task_id": task.id} for task in run.tasks}
+        trainer = RedrawingGRPOTrainer(
+            model=run.model, reward_funcs=[reward], args=training_arguments(run),
+            train_dataset=Dataset.from_list(list(rows.values())), processing_class=run.tokenizer,
+            callbacks=[callback], peft_config=run.peft_config(),
+            reward=reward, group_size=config.num_generations, redraws=config.dynamic_sampling_redraws, rows=rows,
+            seed=run.spec.seed,
         )  # fmt: skip
         return training.Built(trainer, callback, (
-            f"GRPO on {len(run.tasks)} train tasks ({config.loss_type}, {config.importance_sampling_level}-level, "
-            f"{config.num_generations} generations, {config.max_steps} steps)"))
+            f"GRPO on {len(run.tasks)} train tasks ({config.describe()}; {config.num_generations} generations, "
+            f"{config.max_steps} steps)"))
 
 
 def run(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:

@@ -5,7 +5,7 @@ protocol events only (anything else printed goes to stderr), turns SIGTERM into 
 request the body polls, and guarantees that every run ends with a `done` event and exit
 code 0, or an `error` event and a non-zero exit (1 on failure, 143 when stopped by SIGTERM).
 The configs and their parsing are `trainer.spec`; what each job computes lives in its own
-module (`trainer.evaluate` for `eval`, `trainer.sft`, `trainer.grpo`, `trainer.gate`).
+module (`trainer.evaluate` for `eval`, `trainer.sft`, `trainer.grpo`, `trainer.gate`, `trainer.mine`).
 """
 
 from __future__ import annotations
@@ -38,14 +38,25 @@ class JobStopped(JobError):
 
 
 class EventStream:
-    """Writes one JSON event per line and flushes it, so the reader sees each event at once."""
+    """Writes one JSON event per line and flushes it, so the reader sees each event at once.
 
-    def __init__(self, stream: IO[str]) -> None:
+    Without a stream (a process other than the main one of a multi-process launch) events are dropped:
+    the worker reads one process's events, the main one's.
+    """
+
+    def __init__(self, stream: IO[str] | None) -> None:
         self._stream = stream
 
     def emit(self, event: JobEvent) -> None:
+        if self._stream is None:
+            return
         self._stream.write(json.dumps(event.to_json(), ensure_ascii=False, allow_nan=False) + "\n")
         self._stream.flush()
+
+
+def is_main_process() -> bool:
+    """Whether this is the main process (rank 0) of an `accelerate launch` / torchrun, or a lone process."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 class StopFlag:
@@ -76,7 +87,7 @@ def protocol_stdout() -> Iterator[EventStream]:
     sys.stdout = sys.stderr
     events = os.fdopen(events_fd, "w", encoding="utf-8", closefd=True)
     try:
-        yield EventStream(events)
+        yield EventStream(events if is_main_process() else None)
     finally:
         events.flush()
         sys.stdout = saved_stdout

@@ -7,6 +7,10 @@ items, Anthropic `tool_use` blocks, BFCL's `{"fn": {args}}`), a list of them,
 Python call syntax (`calendar.create_event(attendee="Alex")`, `[f(a=1), g(b=2)]`, and
 WorkBench's `name.func(...)`), and a call object or call line inside prose.
 Python is read with `ast` and only literal values are taken; nothing is evaluated.
+`ParseResult.json` says whether the calls were written as JSON: every call block (the whole
+output, each `<tool_call>` tag, each code fence, or each call object found in prose) was
+well-formed JSON; Python call syntax is not JSON, and neither is an output that opens as a call
+block, fails to parse, and yields calls only from the prose search.
 
 A failure says why, with a kind a verifier can act on (no call found, invalid JSON at a
 position, unsupported syntax, a malformed call, too large, too deep). Matching calls
@@ -20,7 +24,7 @@ import json
 import keyword
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from trainer.contracts import ToolCall
@@ -48,12 +52,16 @@ _JSON_NAMES = {"true": True, "false": False, "null": None}
 
 @dataclass(frozen=True)
 class ParseResult:
-    """The calls found, or why none could be read (`error` and its `error_kind`)."""
+    """The calls found, or why none could be read (`error` and its `error_kind`).
+
+    `syntax` is where the calls were found; `json` whether every call block was well-formed JSON.
+    """
 
     calls: list[ToolCall] = field(default_factory=list)
     error: str | None = None
     error_kind: str | None = None
     syntax: str = ""
+    json: bool = False
 
     @property
     def ok(self) -> bool:
@@ -72,7 +80,7 @@ def parse_tool_calls(output: object) -> ParseResult:
         if isinstance(output, str):
             return _parse_text(output)
         if isinstance(output, (dict, list)):
-            return ParseResult(calls=_checked(_calls_from_json(output, 0)), syntax="structured")
+            return ParseResult(calls=_checked(_calls_from_json(output, 0)), syntax="structured", json=True)
         if output is None:
             return ParseResult(error="no tool call found: the output is empty", error_kind=NO_CALL)
         raise _ParseFailure(UNSUPPORTED_SYNTAX, f"the output is a {type(output).__name__}, not text or JSON")
@@ -92,12 +100,14 @@ def _parse_text(text: str) -> ParseResult:
         return ParseResult(error="no tool call found: the output is empty", error_kind=NO_CALL)
     tagged = _TOOL_CALL_TAG.findall(text) if "<tool_call>" in text else []
     if tagged:
-        return ParseResult(calls=_calls_from_blocks(tagged), syntax="tool_call_tag")
+        calls, all_json = _calls_from_blocks(tagged)
+        return ParseResult(calls=calls, syntax="tool_call_tag", json=all_json)
     fenced = (
         [body for language, body in _CODE_FENCE.findall(text) if _is_code_language(language)] if "```" in text else []
     )
     if fenced:
-        return ParseResult(calls=_calls_from_blocks(fenced), syntax="code_fence")
+        calls, all_json = _calls_from_blocks(fenced)
+        return ParseResult(calls=calls, syntax="code_fence", json=all_json)
     if text[0] in "{[" or _CALL_LINE.match(text):
         return _parse_whole(text)
     return _parse_prose(text)
@@ -111,9 +121,9 @@ def _parse_whole(text: str) -> ParseResult:
         # A call followed by a remark still counts; otherwise the first error is the answer.
         found = _parse_prose(text) if "\n" in text else ParseResult()
         if found.calls:
-            return found
+            return replace(found, json=False)  # the call block it opened with is malformed
         raise failure from None
-    return ParseResult(calls=calls, syntax=syntax)
+    return ParseResult(calls=calls, syntax=syntax, json=syntax == "json")
 
 
 def _without_reasoning(text: str) -> str:
@@ -126,12 +136,16 @@ def _is_code_language(language: str) -> bool:
     return language.lower() in ("", "json", "jsonl", "python", "py", "tool_call", "tool_code")
 
 
-def _calls_from_blocks(blocks: list[str]) -> list[ToolCall]:
+def _calls_from_blocks(blocks: list[str]) -> tuple[list[ToolCall], bool]:
+    """The calls of every block, and whether every block was JSON; one unreadable block fails them all."""
     calls: list[ToolCall] = []
+    all_json = True
     for block in blocks:
         if block.strip():
-            calls.extend(_calls_from_candidate(block.strip())[0])
-    return calls
+            found, syntax = _calls_from_candidate(block.strip())
+            calls.extend(found)
+            all_json = all_json and syntax == "json"
+    return calls, all_json
 
 
 def _calls_from_candidate(text: str) -> tuple[list[ToolCall], str]:
@@ -183,7 +197,7 @@ def _parse_prose(text: str) -> ParseResult:
         except _ParseFailure:
             continue
     if calls:
-        return ParseResult(calls=_checked(calls), syntax="prose_json")
+        return ParseResult(calls=_checked(calls), syntax="prose_json", json=True)
     for line in text.splitlines():
         if _CALL_LINE.match(line):
             try:

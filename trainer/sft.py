@@ -10,6 +10,7 @@ says how many). The config is `trainer.spec.sft.SftConfig`; what every training 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from trainer import training
 from trainer.callbacks import ProtocolCallback
 from trainer.contracts import DoneEvent, LogEvent, RunSpec, Task
 from trainer.jobs import EventStream, StopFlag
+from trainer.lengths import checked_limit, example_tokens, prompt_tokens, refuse_empty_examples
 from trainer.prompts import format_tool_calls, reference_calls, render_prompt
 from trainer.spec.config import SpecError
 from trainer.spec.sft import SftConfig
@@ -53,12 +55,20 @@ class SftRecipe:
     kind = "sft"
     config_class = SftConfig
 
-    def prepare(self, config: SftConfig, tasks: list[Task], events: EventStream) -> None:
-        if not any(task.expected_calls for task in tasks):
+    def prepare(self, setup: training.Setup[SftConfig]) -> None:
+        if not any(task.expected_calls for task in setup.tasks):
             raise SpecError("none of the train tasks expects a tool call: SFT has no reference answers to learn from")
-        skipped = sum(1 for task in tasks if not task.expected_calls)
+        skipped = sum(1 for task in setup.tasks if not task.expected_calls)
         if skipped:
-            events.emit(LogEvent(f"{skipped} train tasks expect no call and are skipped"))
+            setup.events.emit(LogEvent(f"{skipped} train tasks expect no call and are skipped"))
+
+    def limits(self, setup: training.Setup[SftConfig], tokenizer: Any) -> SftConfig:
+        # TRL cuts an example at max_length from the right, so a cut example loses its answer first.
+        config = setup.config
+        limit = checked_limit(example_tokens(setup.tasks, tokenizer), knob="max_length", limit=config.max_length,
+                              max_cut_share=config.max_truncated_share, events=setup.events)
+        refuse_empty_examples(prompt_tokens(setup.tasks, tokenizer), limit=limit, events=setup.events)
+        return dataclasses.replace(config, max_length=limit)
 
     def build(self, run: training.TrainingRun[SftConfig]) -> training.Built:
         rows = examples(run.tasks, run.tokenizer)

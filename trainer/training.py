@@ -15,6 +15,7 @@ the current step and stop; the job then ends as stopped (143).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,10 +29,13 @@ from trainer.contracts import DoneEvent, LogEvent, RunSpec, Task
 from trainer.flags import rate_value
 from trainer.heldout import HeldoutEvaluator, heldout_evaluator
 from trainer.jobs import EventStream, JobStopped, StopFlag
+from trainer.lengths import answer_tokens, checked_limit, report_cut
 from trainer.models import ModelNotFoundError, load_model, pick_device, resolve_model
 from trainer.spec.adapters import CHECKPOINTS, FINAL_ADAPTER, AdapterManifest, last_checkpoint, verify_adapter
 from trainer.spec.config import LoraSettings, SpecError, TrainingConfig, config_from_json
-from trainer.spec.tasks import load_tasks, snapshot_sha256
+from trainer.spec.eval import safety_policy
+from trainer.spec.tasks import TaskFiles, read_task_files, skipped_warning, snapshot_sha256, with_skipped
+from trainer.verifiers import SafetyPolicy
 
 ConfigT = TypeVar("ConfigT", bound=TrainingConfig)
 
@@ -76,7 +80,7 @@ class TrainingRun(Generic[ConfigT]):
             "fp16": False,
             "remove_unused_columns": False,
             "dataloader_num_workers": 0,
-            "gradient_checkpointing": self.config.gradient_checkpointing,
+            "gradient_checkpointing": checkpointing(self.config, self.device),
         }
 
 
@@ -89,14 +93,28 @@ class Built:
     summary: str
 
 
+@dataclass
+class Setup(Generic[ConfigT]):
+    """What a recipe's `prepare` and `limits` see: the checked spec, config and train tasks, the agent's policy."""
+
+    spec: RunSpec
+    config: ConfigT
+    tasks: list[Task]
+    policy: SafetyPolicy
+    events: EventStream
+
+
 class Recipe(Protocol[ConfigT]):
     """What a training kind adds to the skeleton."""
 
     kind: str
     config_class: type[ConfigT]
 
-    def prepare(self, config: ConfigT, tasks: list[Task], events: EventStream) -> None:
+    def prepare(self, setup: Setup[ConfigT]) -> None:
         """Checks and set-up that need no model: they fail before the slow load."""
+
+    def limits(self, setup: Setup[ConfigT], tokenizer: Any) -> ConfigT:
+        """The config with the kind's length limits checked against the train tasks (derived where null)."""
 
     def build(self, run: TrainingRun[ConfigT]) -> Built:
         """The kind's dataset, callback and TRL trainer over the loaded policy."""
@@ -105,21 +123,46 @@ class Recipe(Protocol[ConfigT]):
 def run(spec: RunSpec, events: EventStream, stop: StopFlag, recipe: Recipe[Any]) -> DoneEvent:
     """One training job: check everything, train, save the final adapter, report it."""
     config = config_from_json(recipe.config_class, spec.hyperparameters, f"{recipe.kind} hyperparameters")
-    tasks = train_tasks(spec)
+    train = train_tasks(spec, config)
+    tasks = train.tasks
+    if warning := skipped_warning(train.skipped, "train task"):
+        events.emit(warning)
     parent = check_parent_adapter(spec)
     device = pick_device(config.device)
-    recipe.prepare(config, tasks, events)
+    setup = Setup(spec, config, tasks, safety_policy(None, spec.safety_policy), events)
+    recipe.prepare(setup)
     model, tokenizer = policy_model(spec, device)
+    config = heldout_limit(dataclasses.replace(setup, config=recipe.limits(setup, tokenizer)), tokenizer)
     manifest = ManifestInfo(spec.base_model, snapshot_sha256(spec.task_paths),
                             {"kind": recipe.kind, "parent_adapter": spec.adapter, **asdict(config)})
+    heldout = heldout_evaluator(spec, config, device, setup.policy)
+    if heldout is not None:
+        report_cut(answer_tokens(heldout.tasks, tokenizer), knob="eval_max_new_tokens", limit=heldout.max_new_tokens,
+                   events=events)
+        if warning := skipped_warning(heldout.skipped, "held-out task"):
+            events.emit(warning)
     built = recipe.build(TrainingRun(
         spec=spec, config=config, tasks=tasks, device=device, model=model, tokenizer=tokenizer,
-        new_adapter=parent is None, events=events, stop=stop, manifest=manifest,
-        heldout=heldout_evaluator(spec, config, device),
+        new_adapter=parent is None, events=events, stop=stop, manifest=manifest, heldout=heldout,
     ))  # fmt: skip
     built.callback.bind(built.trainer.model)
     events.emit(LogEvent(f"{built.summary} on {device}" + (f" from {spec.adapter}" if spec.adapter else "")))
-    return train_and_save(built.trainer, built.callback, spec, manifest, stop, config.resume)
+    done = train_and_save(built.trainer, built.callback, spec, manifest, stop, config.resume)
+    return with_skipped(done, train.skipped + (heldout.skipped if heldout is not None else []))
+
+
+def heldout_limit(setup: Setup[ConfigT], tokenizer: Any) -> ConfigT:
+    """The config with `eval_max_new_tokens` checked against the train tasks' answers (derived where null)."""
+    config = setup.config
+    limit = checked_limit(answer_tokens(setup.tasks, tokenizer), knob="eval_max_new_tokens",
+                          limit=config.eval_max_new_tokens, max_cut_share=config.max_truncated_share,
+                          events=setup.events)
+    return dataclasses.replace(config, eval_max_new_tokens=limit)
+
+
+def checkpointing(config: TrainingConfig, device: str) -> bool:
+    """Gradient checkpointing as set, or on a GPU only (on a CPU it costs a forward pass and saves nothing needed)."""
+    return config.gradient_checkpointing if config.gradient_checkpointing is not None else device.startswith("cuda")
 
 
 def lora_config(settings: LoraSettings) -> LoraConfig:
@@ -127,9 +170,9 @@ def lora_config(settings: LoraSettings) -> LoraConfig:
                       target_modules=settings.targets(), task_type="CAUSAL_LM")
 
 
-def train_tasks(spec: RunSpec) -> list[Task]:
+def train_tasks(spec: RunSpec, config: TrainingConfig) -> TaskFiles:
     try:
-        return load_tasks(spec.task_paths)
+        return read_task_files(spec.task_paths, strict=config.strict_tasks)
     except SpecError as error:
         raise SpecError(f"the train snapshot has no usable tasks: {error}") from None
 
@@ -179,11 +222,9 @@ def resume_point(spec: RunSpec, resume: bool, events: EventStream) -> str | None
     return checkpoint
 
 
-def save_final(model: Any, spec: RunSpec, manifest: ManifestInfo, metrics: dict[str, Any]) -> Path:
-    folder = Path(spec.output_dir) / FINAL_ADAPTER
-    adapters.save_adapter(model, folder, base_model=manifest.base_model, snapshot_sha256=manifest.snapshot_sha256,
-                          config=manifest.config, metrics=metrics)
-    return folder
+def save_final(model: Any, spec: RunSpec, manifest: ManifestInfo, metrics: dict[str, Any]) -> None:
+    adapters.save_adapter(model, Path(spec.output_dir) / FINAL_ADAPTER, base_model=manifest.base_model,
+                          snapshot_sha256=manifest.snapshot_sha256, config=manifest.config, metrics=metrics)
 
 
 def final_metrics(callback: ProtocolCallback, steps: int, seconds: float) -> dict[str, Any]:
@@ -211,5 +252,7 @@ def train_and_save(trainer: Any, callback: ProtocolCallback, spec: RunSpec, mani
         raise JobStopped(f"stopped by SIGTERM at step {trainer.state.global_step}; the last checkpoint is kept")
     callback.evaluate_heldout(trainer.state.global_step)
     metrics = final_metrics(callback, trainer.state.global_step, time.perf_counter() - started)
-    folder = save_final(trainer.model, spec, manifest, metrics)
+    folder = Path(spec.output_dir) / FINAL_ADAPTER
+    if callback.main:  # the other processes of a multi-process launch hold the same weights
+        save_final(trainer.model, spec, manifest, metrics)
     return DoneEvent(metrics=metrics, files={"adapter_dir": str(folder)})

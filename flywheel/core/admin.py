@@ -1,4 +1,5 @@
-"""Django admin for agents, API tokens (revoke only; create them on the account page) and the audit log."""
+"""Django admin for agents (and their members and teams), API tokens (revoke only; create them on the account
+page) and the audit log."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ from flywheel.core.models import Agent, ApiToken, AuditEvent
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["name", "description", "tools_source", "created_at"]
-    search_fields = ["name", "description"]
+    list_display = ["name", "description", "tools_source", "member_count", "created_at"]
+    search_fields = ["name", "description", "members__username"]
+    filter_horizontal = ["members", "teams"]
+
+    @admin.display(description="members")
+    def member_count(self, obj: Agent) -> int:
+        return obj.members.count()
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
         if change:
@@ -25,6 +31,15 @@ class AgentAdmin(admin.ModelAdmin):
                 actor=request.user, name=obj.name, description=obj.description, tools=obj.tools
             )
             obj.pk = created.pk
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        if {"members", "teams"} & set(form.changed_data):
+            agent = form.instance
+            members = sorted(agent.members.values_list("username", flat=True))
+            teams = sorted(agent.teams.values_list("name", flat=True))
+            services.audit_record(actor=request.user, action="agent.access", target=agent,
+                                  data={"members": members, "teams": teams})  # fmt: skip
 
 
 @admin.action(description="Revoke the selected tokens")
@@ -36,10 +51,12 @@ def revoke_tokens(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["name", "user", "prefix", "scopes", "created_at", "expires_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["name", "user__username", "prefix"]
-    readonly_fields = ["user", "name", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = [
+        "user", "name", "prefix", "key_hash", "scopes", "created_at", "expires_at", "last_used_at", "revoked_at"
+    ]  # fmt: skip
     actions = [revoke_tokens]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

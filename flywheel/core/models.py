@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 
 from flywheel.core.roles import PERMISSION_DESCRIPTIONS
 
@@ -49,6 +51,16 @@ class Agent(UUIDModel, TimestampedModel):
     # OpenAI `tools` form: [{"type": "function", "function": {"name", "description", "parameters"}}]
     tools = models.JSONField(default=list, blank=True)
     tools_source = models.CharField(max_length=16, choices=ToolsSource.choices, default=ToolsSource.UPLOADED)
+    # Who sees and acts on the agent's rows (`selectors.agents_filter`), besides all-agents users.
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="member_agents",
+        help_text="Users who see and act on this agent's data (users with access to every agent do anyway).",
+    )
+    teams = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="agents", help_text="Groups whose every user is a member."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -61,13 +73,24 @@ class Agent(UUIDModel, TimestampedModel):
 
 
 class ApiToken(UUIDModel):
-    """A per-user bearer token; only its SHA-256 is stored, the secret is shown once."""
+    """A per-user bearer token; only its SHA-256 is stored, the secret is shown once.
+
+    It acts with its user's roles, narrowed to its scopes, until it expires or is revoked (by
+    hand, or by a change of its user's password); a deactivated user's tokens answer nothing.
+    """
+
+    class Scope(models.TextChoices):
+        INGEST = "ingest", "send trajectories and traces"
+        READ = "read", "read the live versions, ask them through chat completions"
+        TRAIN = "train", "launch jobs"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, help_text="The first characters, to recognise a token.")
     key_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list, help_text="What the token may do: a list of ingest, read, train.")
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: the token never expires.")
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -77,9 +100,23 @@ class ApiToken(UUIDModel):
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
 
+    def clean(self) -> None:
+        scopes = self.scopes if isinstance(self.scopes, list) else []
+        unknown = [repr(scope) for scope in scopes if scope not in self.Scope.values]
+        if not scopes or unknown:
+            refused = f"; unknown: {', '.join(unknown)}" if unknown else ""
+            raise ValidationError({"scopes": f"give one or more of {', '.join(self.Scope.values)}{refused}"})
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
     @property
     def is_active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and not self.is_expired
+
+    def allows(self, scope: str) -> bool:
+        return scope in self.scopes
 
 
 class AuditEvent(UUIDModel):

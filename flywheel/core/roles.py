@@ -21,6 +21,9 @@ class Perm(StrEnum):
     APPROVE_VERSIONS = "core.approve_versions"
     VIEW_AUDIT = "core.view_audit"
     MANAGE = "core.manage_flywheel"
+    # Not a role's verb but a scope: its holders see every agent's rows; others, the agents they
+    # are members of (`flywheel.core.selectors`). The admin role carries it.
+    ALL_AGENTS = "core.access_all_agents"
 
     @property
     def codename(self) -> str:
@@ -36,6 +39,7 @@ PERMISSION_DESCRIPTIONS: dict[Perm, str] = {
     Perm.APPROVE_VERSIONS: "Can approve, promote and roll back model versions",
     Perm.VIEW_AUDIT: "Can read the audit log",
     Perm.MANAGE: "Can manage agents, buckets, policies and gate criteria",
+    Perm.ALL_AGENTS: "Can see and act on every agent's data (others: the agents they are members of)",
 }
 
 

@@ -1,10 +1,12 @@
-"""Writes of the core app: the audit log, agents, API tokens, roles and demo users."""
+"""Writes of the core app: the audit log, agents, API tokens (and their checks), roles and demo users."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import secrets
+from collections.abc import Collection
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +14,17 @@ from django.apps import apps as global_apps
 from django.apps.registry import Apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AnonymousUser, Group, User
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, Group, Permission, User
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
 from flywheel.core.models import Agent, ApiToken, AuditEvent, Capability
-from flywheel.core.roles import PERMISSION_DESCRIPTIONS, ROLE_PERMISSIONS, Role
+from flywheel.core.roles import PERMISSION_DESCRIPTIONS, ROLE_PERMISSIONS, Perm, Role
 
 TOKEN_PREFIX = "fwk_"
+ALL_SCOPES: tuple[str, ...] = tuple(ApiToken.Scope.values)
 Actor = User | AnonymousUser | None
 
 
@@ -101,35 +105,70 @@ def _token_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+class ApiTokenRejected(Exception):
+    """A bearer secret that authenticates no one; the message says why (unknown, revoked, expired...)."""
+
+
 @transaction.atomic
-def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
+def api_token_create(
+    *, user: User, name: str, scopes: Collection[str] = ALL_SCOPES, expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
     """A new token and its secret; the secret is returned once and never stored."""
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError({"expires_at": "the expiry must be in the future"})
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken(user=user, name=name, prefix=secret[: len(TOKEN_PREFIX) + 6], key_hash=_token_hash(secret))
+    token = ApiToken(
+        user=user,
+        name=name,
+        prefix=secret[: len(TOKEN_PREFIX) + 6],
+        key_hash=_token_hash(secret),
+        scopes=sorted(set(scopes)),
+        expires_at=expires_at,
+    )
     token.full_clean()
     token.save()
-    audit_record(actor=user, action="api_token.create", target=token)
+    data = {"scopes": token.scopes, "expires_at": expires_at.isoformat() if expires_at else None}
+    audit_record(actor=user, action="api_token.create", target=token, data=data)
     return token, secret
 
 
 @transaction.atomic
-def api_token_revoke(*, actor: Actor, token: ApiToken) -> ApiToken:
+def api_token_revoke(*, actor: Actor, token: ApiToken, reason: str = "") -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
-        audit_record(actor=actor, action="api_token.revoke", target=token, data={"user": token.user_id})
+        data = {"user": token.user_id, **({"reason": reason} if reason else {})}
+        audit_record(actor=actor, action="api_token.revoke", target=token, data=data)
     return token
 
 
-def api_token_authenticate(*, secret: str) -> ApiToken | None:
-    """The active token with this secret, its last use recorded; None if unknown or revoked."""
-    token = (
-        ApiToken.objects.select_related("user")
-        .filter(key_hash=_token_hash(secret), revoked_at__isnull=True, user__is_active=True)
-        .first()
-    )
+@transaction.atomic
+def api_token_revoke_all(*, user: AbstractBaseUser, reason: str) -> int:
+    """Revoke every token `user` has not revoked yet (their password changed); how many."""
+    tokens = list(ApiToken.objects.select_for_update().filter(user_id=user.pk, revoked_at__isnull=True))
+    for token in tokens:
+        api_token_revoke(actor=None, token=token, reason=reason)
+    return len(tokens)
+
+
+def _rejection(token: ApiToken) -> str | None:
+    if token.revoked_at is not None:
+        return "API token revoked"
+    if token.is_expired:
+        return "token expired"
+    if not token.user.is_active:
+        return "the token's user is deactivated"
+    return None
+
+
+def api_token_authenticate(*, secret: str) -> ApiToken:
+    """The live token with this secret, its last use recorded; ApiTokenRejected says why not."""
+    token = ApiToken.objects.select_related("user").filter(key_hash=_token_hash(secret)).first() if secret else None
     if token is None:
-        return None
+        raise ApiTokenRejected("invalid API token")
+    reason = _rejection(token)
+    if reason is not None:
+        raise ApiTokenRejected(reason)
     now = timezone.now()
     # One write a minute per token at most, so a busy ingest client does not write per request.
     stale = now - settings.API_TOKEN_LAST_USE_RESOLUTION
@@ -157,6 +196,14 @@ def roles_sync(*, apps: Apps = global_apps) -> None:
         group.permissions.set([by_perm[perm] for perm in perms])
 
 
+def all_agents_grant(*, user: User) -> None:
+    """Let `user` see and act on every agent's rows (an operator); members of single agents are set in the admin."""
+    permission = Permission.objects.get(
+        content_type__app_label=Capability._meta.app_label, codename=Perm.ALL_AGENTS.codename
+    )
+    user.user_permissions.add(permission)
+
+
 @transaction.atomic
 def demo_users_ensure(*, logins_file: Path) -> dict[str, str]:
     """One user per role, named after it; passwords are made once and kept in `logins_file`."""
@@ -167,10 +214,13 @@ def demo_users_ensure(*, logins_file: Path) -> dict[str, str]:
     for role in Role:
         password = logins.setdefault(role.value, secrets.token_urlsafe(9))
         user, created = user_model.objects.get_or_create(username=f"demo-{role.value}")
-        user.set_password(password)
+        # Setting the same password again would still count as a change and revoke the user's API tokens.
+        if created or not user.check_password(password):
+            user.set_password(password)
         user.is_staff = user.is_superuser = role is Role.ADMIN
         user.save()
         user.groups.set([Group.objects.get(name=role.value)])
+        all_agents_grant(user=user)  # the demo's people see its agents, whatever their role
         if created:
             audit_record(actor=None, action="user.create_demo", target=user, data={"role": role.value})
     logins_file.parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -12,7 +12,7 @@ from flywheel.core import selectors, services
 from flywheel.core.access import ANY_SIGNED_IN, AuthedRequest, permission_required, public
 from flywheel.core.forms import ApiTokenForm
 from flywheel.core.health import broker_problem, database_problem
-from flywheel.core.models import Agent
+from flywheel.core.models import ApiToken
 from flywheel.core.roles import Perm
 
 AUDIT_PAGE_SIZE = 50
@@ -20,19 +20,22 @@ AUDIT_PAGE_SIZE = 50
 
 @permission_required(Perm.VIEW)
 def agent_list(request: AuthedRequest) -> HttpResponse:
-    return render(request, "core/agent_list.html", {"agents": selectors.agent_list()})
+    return render(request, "core/agent_list.html", {"agents": selectors.agent_list(viewer=request.user)})
 
 
 @permission_required(Perm.VIEW)
 def agent_detail(request: AuthedRequest, name: str) -> HttpResponse:
-    agent = get_object_or_404(Agent, name=name)
+    agent = selectors.agent_get(viewer=request.user, name=name)
+    if agent is None:
+        raise Http404("no such agent")
     return render(request, "core/agent_detail.html", {"agent": agent})
 
 
 @permission_required(Perm.VIEW_AUDIT)
 def audit_list(request: AuthedRequest) -> HttpResponse:
     filters = {key: request.GET.get(key, "").strip() for key in ("action", "actor", "target_type")}
-    page = Paginator(selectors.audit_event_list(**filters), AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    events = selectors.audit_event_list(viewer=request.user, **filters)
+    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     context = {"page": page, "filters": filters, "actions": selectors.audit_action_names()}
     return render(request, "core/audit_list.html", context)
 
@@ -42,9 +45,19 @@ def token_list(request: AuthedRequest) -> HttpResponse:
     form = ApiTokenForm(request.POST or None)
     new_secret = None
     if request.method == "POST" and form.is_valid():
-        _, new_secret = services.api_token_create(user=request.user, name=form.cleaned_data["name"])
+        _, new_secret = services.api_token_create(
+            user=request.user,
+            name=form.cleaned_data["name"],
+            scopes=form.cleaned_data["scopes"],
+            expires_at=form.expires_at(),
+        )
         form = ApiTokenForm()
-    context = {"tokens": selectors.api_token_list(user=request.user), "form": form, "new_secret": new_secret}
+    context = {
+        "tokens": selectors.api_token_list(user=request.user),
+        "form": form,
+        "new_secret": new_secret,
+        "scope_choices": ApiToken.Scope.choices,
+    }
     return render(request, "core/token_list.html", context)
 
 

@@ -8,6 +8,9 @@ a trajectory says it failed).
 Home page: tasks per split, jobs running and queued, and each agent's live version with the
 held-out rates of its gate. A fixed number of queries whatever the number of agents; the gate
 reports' per-task rows are never loaded, only both models' overall rates.
+
+Every count and chart is of the agents the viewer may see (`flywheel.core.selectors`): another
+agent's numbers never reach a page.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ from datetime import date, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from django.contrib.auth.models import User
 from django.db.models import Count, Exists, OuterRef, Q
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
+from flywheel.core.selectors import agents_filter
 from flywheel.datasets.models import RegressionTask, Split, TaskSetSnapshot
 from flywheel.ingest.models import Outcome, Trajectory
 from flywheel.registry.models import GateResult, GateStatus, LivePointer, ModelVersion
@@ -55,14 +60,18 @@ class DayCount:
     count: int
 
 
-def failures_by_bucket() -> list[BucketCount]:
+def failures_by_bucket(*, viewer: User) -> list[BucketCount]:
     """Per bucket in position order: trajectories carrying it, and those only suggested it so far."""
     unreviewed = Q(trajectory__review__isnull=True) | ~Q(trajectory__review__state=ReviewState.REVIEWED)
+    visible = agents_filter(viewer, "trajectory__agent")
     assigned = dict(
-        BucketAssignment.objects.values("bucket").annotate(n=Count("trajectory")).values_list("bucket", "n")
+        BucketAssignment.objects.filter(visible)
+        .values("bucket")
+        .annotate(n=Count("trajectory"))
+        .values_list("bucket", "n")
     )
     awaiting = dict(
-        Suggestion.objects.filter(unreviewed, bucket__isnull=False)
+        Suggestion.objects.filter(visible, unreviewed, bucket__isnull=False)
         .values("bucket")
         .annotate(n=Count("trajectory", distinct=True))
         .values_list("bucket", "n")
@@ -73,28 +82,29 @@ def failures_by_bucket() -> list[BucketCount]:
     ]
 
 
-def _grouped(field: str, *, limit: int) -> list[GroupCount]:
+def _grouped(field: str, *, viewer: User, limit: int) -> list[GroupCount]:
     rows = (
-        Trajectory.objects.values(field)
+        Trajectory.objects.filter(agents_filter(viewer))
+        .values(field)
         .annotate(failures=Count("pk", filter=Q(outcome=Outcome.FAILURE)), total=Count("pk"))
         .order_by("-failures", field)[:limit]
     )
     return [GroupCount(str(row[field]) or "(none)", row["failures"], row["total"]) for row in rows]
 
 
-def failures_by_agent(*, limit: int = 20) -> list[GroupCount]:
-    return _grouped("agent__name", limit=limit)
+def failures_by_agent(*, viewer: User, limit: int = 20) -> list[GroupCount]:
+    return _grouped("agent__name", viewer=viewer, limit=limit)
 
 
-def failures_by_model_version(*, limit: int = 20) -> list[GroupCount]:
-    return _grouped("model_version", limit=limit)
+def failures_by_model_version(*, viewer: User, limit: int = 20) -> list[GroupCount]:
+    return _grouped("model_version", viewer=viewer, limit=limit)
 
 
-def failures_by_day(*, days: int = 30) -> list[DayCount]:
+def failures_by_day(*, viewer: User, days: int = 30) -> list[DayCount]:
     """Failed trajectories per day (started, else ingested) over the last `days`, split by bucket."""
     since = timezone.now() - timedelta(days=days)
     failures = (
-        Trajectory.objects.filter(outcome=Outcome.FAILURE)
+        Trajectory.objects.filter(agents_filter(viewer), outcome=Outcome.FAILURE)
         .annotate(day=TruncDate(Coalesce("started_at", "ingested_at")))
         .filter(day__gte=since.date())
     )
@@ -124,12 +134,13 @@ class TaskCounts:
     snapshots: int
 
 
-def task_counts() -> TaskCounts:
+def task_counts(*, viewer: User) -> TaskCounts:
     """Regression tasks per split, and how many snapshots were taken of them."""
-    counts = RegressionTask.objects.aggregate(
+    counts = RegressionTask.objects.filter(agents_filter(viewer)).aggregate(
         train=Count("pk", filter=Q(split=Split.TRAIN)), heldout=Count("pk", filter=Q(split=Split.HELDOUT))
     )
-    return TaskCounts(counts["train"], counts["heldout"], TaskSetSnapshot.objects.count())
+    snapshots = TaskSetSnapshot.objects.filter(agents_filter(viewer)).count()
+    return TaskCounts(counts["train"], counts["heldout"], snapshots)
 
 
 @dataclass(frozen=True)
@@ -139,13 +150,14 @@ class JobCounts:
     last_finished: Job | None  # with its agent; only the columns the tile shows
 
 
-def job_counts() -> JobCounts:
+def job_counts(*, viewer: User) -> JobCounts:
     """Jobs running and queued now, and the one that finished last."""
-    counts = Job.objects.aggregate(
+    jobs = Job.objects.filter(agents_filter(viewer))
+    counts = jobs.aggregate(
         running=Count("pk", filter=Q(state=JobState.RUNNING)), queued=Count("pk", filter=Q(state=JobState.QUEUED))
     )
     last = (
-        Job.objects.filter(state__in=FINISHED_STATES, finished_at__isnull=False)
+        jobs.filter(state__in=FINISHED_STATES, finished_at__isnull=False)
         .select_related("agent")
         .only("kind", "state", "finished_at", "agent__name")
         .order_by("-finished_at")
@@ -203,9 +215,10 @@ class LiveVersion:
     gate: GateSummary | None  # the gate it was promoted on, else its latest passed, else latest finished
 
 
-def live_versions() -> list[LiveVersion]:
+def live_versions(*, viewer: User) -> list[LiveVersion]:
     """Each agent's live version, by agent name, with the held-out rates of its gate against the baseline."""
-    pointers = list(LivePointer.objects.select_related("version__agent", "deployment").order_by("agent__name"))
+    visible = LivePointer.objects.filter(agents_filter(viewer)).select_related("version__agent", "deployment")
+    pointers = list(visible.order_by("agent__name"))
     gates = _finished_gates(version_ids=[pointer.version_id for pointer in pointers])
     return [
         LiveVersion(

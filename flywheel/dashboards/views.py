@@ -18,26 +18,30 @@ from flywheel.triage import selectors as triage_selectors
 @permission_required(Perm.VIEW)
 def home(request: AuthedRequest) -> HttpResponse:
     can_audit = request.user.has_perm(Perm.VIEW_AUDIT)
+    viewer = request.user
     context = {
-        "agents": core_selectors.agent_list(),
-        "trajectories": ingest_selectors.trajectory_counts(),
-        "triage": triage_selectors.triage_counts(),
-        "tasks": dashboard_selectors.task_counts(),
-        "jobs": dashboard_selectors.job_counts(),
-        "live_versions": dashboard_selectors.live_versions(),
-        "bucket_chart": figure_html(charts.bucket_chart(dashboard_selectors.failures_by_bucket())),
-        "roles": core_selectors.user_role_names(user=request.user),
-        "recent_events": core_selectors.audit_event_list()[:10] if can_audit else None,
+        "agents": core_selectors.agent_list(viewer=viewer),
+        "trajectories": ingest_selectors.trajectory_counts(viewer=viewer),
+        "triage": triage_selectors.triage_counts(viewer=viewer),
+        "tasks": dashboard_selectors.task_counts(viewer=viewer),
+        "jobs": dashboard_selectors.job_counts(viewer=viewer),
+        "live_versions": dashboard_selectors.live_versions(viewer=viewer),
+        "bucket_chart": figure_html(charts.bucket_chart(dashboard_selectors.failures_by_bucket(viewer=viewer))),
+        "roles": core_selectors.user_role_names(user=viewer),
+        "recent_events": core_selectors.audit_event_list(viewer=viewer)[:10] if can_audit else None,
     }
     return render(request, "dashboards/home.html", context)
 
 
 @permission_required(Perm.VIEW)
 def index(request: AuthedRequest) -> HttpResponse:
+    viewer = request.user
     figures = [
-        charts.bucket_chart(dashboard_selectors.failures_by_bucket()),
-        charts.group_chart(dashboard_selectors.failures_by_agent(), title="Failures per agent"),
-        charts.group_chart(dashboard_selectors.failures_by_model_version(), title="Failures per model version"),
-        charts.day_chart(dashboard_selectors.failures_by_day()),
+        charts.bucket_chart(dashboard_selectors.failures_by_bucket(viewer=viewer)),
+        charts.group_chart(dashboard_selectors.failures_by_agent(viewer=viewer), title="Failures per agent"),
+        charts.group_chart(
+            dashboard_selectors.failures_by_model_version(viewer=viewer), title="Failures per model version"
+        ),
+        charts.day_chart(dashboard_selectors.failures_by_day(viewer=viewer)),
     ]
     return render(request, "dashboards/index.html", {"charts": [figure_html(figure) for figure in figures]})

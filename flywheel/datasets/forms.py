@@ -1,12 +1,16 @@
-"""Forms of the datasets app: task filters and the task editor (content as JSON, validated by the service)."""
+"""Forms of the datasets app: task filters and the task editor (content as JSON, validated by the service).
+
+JSON fields are read with `flywheel.core.jsonbody.json_parse`: invalid, too deep, NaN or unstorable
+text is a form error that names the field, never a 500.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 
+from flywheel.core.jsonbody import json_parse
 from flywheel.core.models import Agent
 from flywheel.datasets.models import Environment, SourceKind, Split
 from flywheel.datasets.selectors import TaskFilters
@@ -55,13 +59,13 @@ class TaskEditForm(forms.Form):
         try:
             content = {
                 **self.base,
-                "messages": json.loads(data.get("messages") or "null"),
-                "expected_calls": json.loads(data.get("expected_calls") or "null"),
+                "messages": json_parse(data.get("messages") or "null", what="messages"),
+                "expected_calls": json_parse(data.get("expected_calls") or "null", what="expected_calls"),
                 "no_call_expected": data.get("no_call_expected", False),
                 "order_sensitive": data.get("order_sensitive", False),
             }
             data["task"] = Task.from_json(content)
-        except ValueError as exc:  # JSON errors and ContractError alike
+        except ValueError as exc:  # JsonInputError (invalid, too deep, NaN...) and ContractError alike
             raise forms.ValidationError(str(exc)) from exc
         except (ContractError, TypeError, AttributeError) as exc:
             raise forms.ValidationError(f"not a valid task: {exc}") from exc
@@ -95,9 +99,9 @@ class TaskWriteForm(forms.Form):
         try:
             content = {
                 "id": data.get("external_id", ""),
-                "messages": json.loads(data.get("messages") or "null"),
-                "tools": json.loads(data.get("tools") or "[]"),
-                "expected_calls": json.loads(data.get("expected_calls") or "[]"),
+                "messages": json_parse(data.get("messages") or "null", what="messages"),
+                "tools": json_parse(data.get("tools") or "[]", what="tools"),
+                "expected_calls": json_parse(data.get("expected_calls") or "[]", what="expected_calls"),
                 "no_call_expected": data.get("no_call_expected", False),
                 "order_sensitive": data.get("order_sensitive", False),
             }

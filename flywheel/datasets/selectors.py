@@ -1,13 +1,20 @@
-"""Reads of the datasets app: filtered task lists, a split's breakdown, snapshots."""
+"""Reads of the datasets app: filtered task lists, a split's breakdown, snapshots.
+
+Every read takes the viewer and keeps to the agents they may see; tasks and snapshots of no
+agent are for all-agents users (`flywheel.core.selectors`).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
+from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 
+from flywheel.core.selectors import agents_filter
 from flywheel.datasets.models import RegressionTask, TaskSetSnapshot
 
 
@@ -21,8 +28,23 @@ class TaskFilters:
     text: str = ""
 
 
-def task_list(*, filters: TaskFilters) -> QuerySet[RegressionTask]:
-    tasks = RegressionTask.objects.select_related("agent", "bucket")
+def task_visible(*, viewer: User) -> QuerySet[RegressionTask]:
+    return RegressionTask.objects.filter(agents_filter(viewer))
+
+
+def task_get(*, task_id: UUID, viewer: User) -> RegressionTask | None:
+    return task_visible(viewer=viewer).select_related("agent", "bucket").filter(pk=task_id).first()
+
+
+def task_duplicate_of(*, task: RegressionTask, viewer: User) -> RegressionTask | None:
+    """The task this one repeats, if `viewer` may see it: a leakage key can match another agent's task."""
+    if task.duplicate_of_id is None:
+        return None
+    return task_visible(viewer=viewer).filter(pk=task.duplicate_of_id).first()
+
+
+def task_list(*, filters: TaskFilters, viewer: User) -> QuerySet[RegressionTask]:
+    tasks = task_visible(viewer=viewer).select_related("agent", "bucket")
     for field, value in (
         ("split", filters.split), ("bucket__slug", filters.bucket), ("source_kind", filters.source_kind),
         ("environment", filters.environment), ("agent__name", filters.agent),
@@ -50,8 +72,12 @@ def split_breakdown(*, tasks: QuerySet[RegressionTask]) -> dict[str, Any]:
     }
 
 
-def snapshot_list() -> QuerySet[TaskSetSnapshot]:
-    return TaskSetSnapshot.objects.select_related("agent", "created_by")
+def snapshot_list(*, viewer: User) -> QuerySet[TaskSetSnapshot]:
+    return TaskSetSnapshot.objects.filter(agents_filter(viewer)).select_related("agent", "created_by")
+
+
+def snapshot_get(*, snapshot_id: UUID, viewer: User) -> TaskSetSnapshot | None:
+    return snapshot_list(viewer=viewer).filter(pk=snapshot_id).first()
 
 
 def snapshot_breakdown(*, snapshot: TaskSetSnapshot) -> dict[str, Any]:

@@ -232,6 +232,38 @@ def snapshot_create(
     return snapshot
 
 
+@transaction.atomic
+def snapshot_subset_create(
+    *, actor: Actor, source: TaskSetSnapshot, task_ids: Iterable[str], name: str, selection: dict[str, Any]
+) -> TaskSetSnapshot | None:
+    """Freeze the tasks of `source` whose task id is in `task_ids` as a snapshot of its split; None for none.
+
+    The tasks keep the content and order they had in `source` (what a job that chose them ran on);
+    one that has moved to the other split since is left out, so a train subset never holds a task
+    that is held-out now. Same tasks, same hash: an existing snapshot of them is returned instead.
+    """
+    wanted = set(task_ids)
+    items = [item for item in source.items.select_related("task").order_by("position")
+             if item.content.get("id") in wanted and item.task.split == source.split]  # fmt: skip
+    if not items:
+        return None
+    content_hash = _canonical_hash([item.content_hash for item in items])
+    existing = TaskSetSnapshot.objects.filter(content_hash=content_hash).first()
+    if existing is not None:
+        return existing
+    snapshot = TaskSetSnapshot.objects.create(
+        name=name[:200], split=source.split, agent=source.agent, content_hash=content_hash, task_count=len(items),
+        selection={**selection, "from_snapshot": source.content_hash}, created_by=actor_user(actor),
+    )  # fmt: skip
+    SnapshotItem.objects.bulk_create(
+        SnapshotItem(snapshot=snapshot, task=item.task, position=position, content=item.content,
+                     content_hash=item.content_hash, bucket=item.bucket, category=item.category)
+        for position, item in enumerate(items)
+    )  # fmt: skip
+    audit_record(actor=actor, action="snapshot.create", target=snapshot, data={"tasks": len(items), **selection})
+    return snapshot
+
+
 def snapshot_mark_used(*, snapshot: TaskSetSnapshot) -> None:
     """Called when a job starts on the snapshot: from then on its held-out tasks stay held-out."""
     TaskSetSnapshot.objects.filter(pk=snapshot.pk, used_at__isnull=True).update(used_at=timezone.now())

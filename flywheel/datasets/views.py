@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from uuid import UUID
 
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -12,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import choices_limit, sees_all_agents
 from flywheel.core.services import audit_record
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets import selectors, services
@@ -19,7 +21,7 @@ from flywheel.datasets.conversion import task_draft
 from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
 from flywheel.datasets.forms import SnapshotForm, TaskEditForm, TaskFilterForm, TaskWriteForm
 from flywheel.datasets.models import RegressionTask, SourceKind, TaskSetSnapshot
-from flywheel.ingest.models import Trajectory
+from flywheel.ingest.selectors import trajectory_visible
 
 PAGE_SIZE = 50
 
@@ -27,7 +29,7 @@ PAGE_SIZE = 50
 @permission_required(Perm.VIEW)
 def task_list(request: AuthedRequest) -> HttpResponse:
     form = TaskFilterForm(request.GET)
-    tasks = selectors.task_list(filters=form.filters())
+    tasks = selectors.task_list(filters=form.filters(), viewer=request.user)
     page = Paginator(tasks, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -40,15 +42,31 @@ def task_list(request: AuthedRequest) -> HttpResponse:
     return render(request, "datasets/task_list.html", context)
 
 
+def _task(request: AuthedRequest, task_id: UUID) -> RegressionTask:
+    task = selectors.task_get(task_id=task_id, viewer=request.user)
+    if task is None:
+        raise Http404("no such task")
+    return task
+
+
+def _snapshot(request: AuthedRequest, snapshot_id: UUID) -> TaskSetSnapshot:
+    snapshot = selectors.snapshot_get(snapshot_id=snapshot_id, viewer=request.user)
+    if snapshot is None:
+        raise Http404("no such snapshot")
+    return snapshot
+
+
 @permission_required(Perm.VIEW)
 def task_detail(request: AuthedRequest, task_id: UUID) -> HttpResponse:
-    task = get_object_or_404(RegressionTask.objects.select_related("agent", "bucket", "duplicate_of"), pk=task_id)
-    return render(request, "datasets/task_detail.html", {"task": task, "revisions": task.revisions.all()})
+    task = _task(request, task_id)
+    context = {"task": task, "revisions": task.revisions.all(),
+               "duplicate_of": selectors.task_duplicate_of(task=task, viewer=request.user)}  # fmt: skip
+    return render(request, "datasets/task_detail.html", context)
 
 
 @permission_required(Perm.EDIT_TASKS)
 def task_edit(request: AuthedRequest, task_id: UUID) -> HttpResponse:
-    task = get_object_or_404(RegressionTask, pk=task_id)
+    task = _task(request, task_id)
     initial = {
         "split": task.split,
         "messages": pretty_json(task.content["messages"]),
@@ -89,6 +107,9 @@ def _save_written(request: AuthedRequest, form: TaskWriteForm, agent: Agent | No
 
 @permission_required(Perm.EDIT_TASKS)
 def task_new(request: AuthedRequest) -> HttpResponse:
+    if not sees_all_agents(request.user):
+        # A task written here belongs to no agent, and such rows are for all-agents users only.
+        raise PermissionDenied("a task of no agent needs access to every agent; write it from a trajectory")
     form = TaskWriteForm(
         request.POST or None, initial={"messages": pretty_json([{"role": "user", "content": ""}]), "tools": "[]"}
     )
@@ -98,7 +119,7 @@ def task_new(request: AuthedRequest) -> HttpResponse:
 
 @permission_required(Perm.EDIT_TASKS)
 def task_from_trajectory(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
-    trajectory = get_object_or_404(Trajectory.objects.select_related("agent"), pk=trajectory_id)
+    trajectory = get_object_or_404(trajectory_visible(viewer=request.user).select_related("agent"), pk=trajectory_id)
     step = request.GET.get("step")
     try:
         draft = task_draft(trajectory=trajectory, step_index=int(step) if step and step.isdigit() else None)
@@ -126,13 +147,17 @@ def task_from_trajectory(request: AuthedRequest, trajectory_id: UUID) -> HttpRes
 
 @permission_required(Perm.VIEW)
 def snapshot_list(request: AuthedRequest) -> HttpResponse:
-    context = {"snapshots": selectors.snapshot_list(), "form": SnapshotForm()}
+    form = choices_limit(SnapshotForm(), viewer=request.user)
+    context = {"snapshots": selectors.snapshot_list(viewer=request.user), "form": form}
     return render(request, "datasets/snapshot_list.html", context)
 
 
 @permission_required(Perm.EDIT_TASKS)
 def snapshot_new(request: AuthedRequest) -> HttpResponse:
-    form = SnapshotForm(request.POST or None)
+    form = choices_limit(SnapshotForm(request.POST or None), viewer=request.user)
+    every_agent = request.method == "POST" and form.is_valid() and form.cleaned_data["agent"] is None
+    if every_agent and not sees_all_agents(request.user):
+        form.add_error("agent", "Pick one of your agents: a snapshot of every agent needs access to every agent.")
     if request.method == "POST" and form.is_valid():
         try:
             snapshot = services.snapshot_create(actor=request.user, **form.cleaned_data)
@@ -140,12 +165,13 @@ def snapshot_new(request: AuthedRequest) -> HttpResponse:
             form.add_error(None, str(exc))
         else:
             return redirect("datasets:snapshot_detail", snapshot_id=snapshot.id)
-    return render(request, "datasets/snapshot_list.html", {"snapshots": selectors.snapshot_list(), "form": form})
+    context = {"snapshots": selectors.snapshot_list(viewer=request.user), "form": form}
+    return render(request, "datasets/snapshot_list.html", context)
 
 
 @permission_required(Perm.VIEW)
 def snapshot_detail(request: AuthedRequest, snapshot_id: UUID) -> HttpResponse:
-    snapshot = get_object_or_404(TaskSetSnapshot, pk=snapshot_id)
+    snapshot = _snapshot(request, snapshot_id)
     context = {
         "snapshot": snapshot,
         "breakdown": selectors.snapshot_breakdown(snapshot=snapshot),
@@ -157,7 +183,7 @@ def snapshot_detail(request: AuthedRequest, snapshot_id: UUID) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def snapshot_export(request: AuthedRequest, snapshot_id: UUID, format_name: str) -> StreamingHttpResponse:
-    snapshot = get_object_or_404(TaskSetSnapshot, pk=snapshot_id)
+    snapshot = _snapshot(request, snapshot_id)
     if format_name not in EXPORT_FORMATS:
         format_name = "native"
     response = StreamingHttpResponse(

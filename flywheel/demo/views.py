@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import sees_all_agents
 from flywheel.demo.services import DemoFailed, demo_people
 from flywheel.demo.tasks import demo_advance_task
 
@@ -17,6 +19,9 @@ from flywheel.demo.tasks import demo_advance_task
 @require_POST
 def loop_start(request: AuthedRequest) -> HttpResponse:
     """Start (or move on) the demo loop on the worker; its jobs show on the Jobs page."""
+    if not sees_all_agents(request.user):
+        # The loop creates and trains its own agents: an operator's action, not a member's.
+        raise PermissionDenied("the demo loop needs access to every agent")
     try:
         demo_people()
     except DemoFailed as error:

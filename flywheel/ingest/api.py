@@ -1,15 +1,20 @@
 """The ingestion API: `POST /api/v1/trajectories`, a batch in, one result per item out (207).
 
 Like Langfuse's ingestion API: each item is stored, found to be a duplicate (a retried batch is
-harmless) or rejected with its reason, and one bad item never costs the others. The body is a JSON
-array, `{"batch": [...]}`, or JSON Lines, optionally gzipped; query parameters choose the format,
-agent, source, field mapping (`map=messages=traj`, repeated) and redaction (`redact=email,api_key`).
+harmless) or rejected with its reason, and one bad item never costs the others: an item with NaN,
+an over-long integer, nesting past the limit, bad UTF-8 or a wrong type is refused alone. The body
+is a JSON array, `{"batch": [...]}`, or JSON Lines, optionally gzipped; query parameters choose the
+format, agent, source, field mapping (`map=messages=traj`, repeated) and redaction
+(`redact=email,api_key`). The body is read as a stream up to `API_MAX_BODY_BYTES`, and a gzipped
+one is decompressed up to `API_MAX_DECOMPRESSED_BYTES` (413 past either). Also the OTLP/HTTP trace
+endpoint, whose work is in `flywheel.ingest.otlp`.
 """
 
 from __future__ import annotations
 
 import io
-import json
+import re
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,16 +23,19 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_POST
 
-from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.access import AuthedRequest, permission_required, rate_limited
+from flywheel.core.jsonbody import JsonInputError, body_read
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import ingest_agent_names, ingest_refusal
 from flywheel.ingest import otlp, services
 from flywheel.ingest.reader import (
-    NUL_ESCAPE,
-    NUL_REASON,
+    GZIP_MAGIC,
     FileProblem,
     RawRecord,
-    decode_object_allowing_nul,
+    decode_any,
+    read_array,
     read_records,
+    value_problem,
 )
 from flywheel.ingest.services import (
     IngestOptions,
@@ -38,38 +46,77 @@ from flywheel.ingest.services import (
     redactor_build,
 )
 
+# `{"batch": [` opening a body: the array is then read item by item, as a JSON array body is.
+ENVELOPE_OPENING = re.compile(rb'\A\s*\{\s*"batch"\s*:\s*(?=\[)')
+
 
 def _error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
-def _read_body(request: HttpRequest, limit: int) -> bytes | None:
-    """The body, or None when it is over `limit` (checked before and while reading)."""
-    if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
-        return None
-    body = request.read(limit + 1)
-    return None if len(body) > limit else body
+def _body(request: HttpRequest) -> bytes:
+    """The body, decompressed when gzipped; JsonInputError (413, 400) past the caps or when corrupt."""
+    body = body_read(request, max_bytes=settings.API_MAX_BODY_BYTES)
+    gzipped = request.headers.get("Content-Encoding", "").lower() == "gzip" or body[:2] == GZIP_MAGIC
+    return _gunzip(body, settings.API_MAX_DECOMPRESSED_BYTES) if gzipped else body
+
+
+def _gunzip(body: bytes, cap: int) -> bytes:
+    """Decompress in bounded steps, so a small bomb stops at `cap` without ever holding more."""
+    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = decompressor.decompress(body, cap + 1)
+    except zlib.error as exc:
+        raise JsonInputError(f"the gzip body is corrupt: {exc}") from None
+    if len(data) > cap:
+        raise JsonInputError(
+            f"the body decompresses to more than {cap} bytes, the API's limit; send smaller batches", status=413
+        )
+    if not decompressor.eof:
+        raise JsonInputError("the gzip body is truncated")
+    return data
 
 
 def _items(body: bytes) -> list[RawRecord]:
     """The batch's items, numbered from 0; raises FileProblem when the body cannot be read at all."""
-    if body.lstrip()[:1] == b"{":
-        try:
-            value, _ = decode_object_allowing_nul(body.decode("utf-8"), settings.INGEST_MAX_DEPTH)
-        except UnicodeDecodeError:
-            value = None  # read line by line below, so only the bad line is refused
-        if value is not None and isinstance(value.get("batch"), list):
-            return [_wrapped(index, item) for index, item in enumerate(value["batch"])]
-    records: Iterator[RawRecord] = read_records(io.BytesIO(body), read_limits())
+    if ENVELOPE_OPENING.match(body):
+        return _envelope_items(body)
+    if body.lstrip()[:1] == b"{" and b'"batch"' in body and (envelope := _envelope(body)) is not None:
+        return [_wrapped(index, item) for index, item in enumerate(envelope)]
+    return _numbered(read_records(io.BytesIO(body), read_limits()))
+
+
+def _envelope_items(body: bytes) -> list[RawRecord]:
+    """`{"batch": [...]}` read like a JSON array body, item by item; other keys: decoded whole."""
+    opening = ENVELOPE_OPENING.match(body)
+    array = body[opening.end() if opening else 0 :].rstrip()
+    try:
+        if not array.endswith(b"}"):
+            raise FileProblem("the body ends before the envelope's closing '}'")
+        return _numbered(read_array(io.BytesIO(array[:-1]), read_limits()))
+    except FileProblem:
+        envelope = _envelope(body)
+        if envelope is None:
+            raise
+    return [_wrapped(index, item) for index, item in enumerate(envelope)]
+
+
+def _numbered(records: Iterator[RawRecord]) -> list[RawRecord]:
     return [RawRecord(index, record.value, record.error) for index, record in enumerate(records)]
 
 
+def _envelope(body: bytes) -> list[Any] | None:
+    """The `batch` list of an object (bad bytes and NaN left for the item check); None when there is none."""
+    try:
+        value = decode_any(body.decode("utf-8", errors="surrogateescape"))
+    except (ValueError, RecursionError):
+        return None
+    return value["batch"] if isinstance(value, dict) and isinstance(value.get("batch"), list) else None
+
+
 def _wrapped(index: int, item: Any) -> RawRecord:
-    if isinstance(item, dict):
-        if NUL_ESCAPE in json.dumps(item):
-            return RawRecord(index, error=NUL_REASON)
-        return RawRecord(index, value=item)
-    return RawRecord(index, error=f"a JSON {type(item).__name__}, not an object")
+    problem = value_problem(item, settings.INGEST_MAX_DEPTH, check_strings=True)
+    return RawRecord(index, error=problem) if problem else RawRecord(index, value=item)
 
 
 def options_from_query(request: HttpRequest) -> IngestOptions:
@@ -91,6 +138,7 @@ def options_from_query(request: HttpRequest) -> IngestOptions:
         agent=query.get("agent", ""),
         source=query.get("source", ""),
         redactor=redactor,
+        agents_allowed=ingest_agent_names(user=request.user),
     )
 
 
@@ -115,52 +163,47 @@ def _otlp_response(request: HttpRequest, rejected_spans: int, message: str) -> H
 
 
 @permission_required(Perm.INGEST, api=True)
+@rate_limited("ingest")
 @require_POST
 def otlp_traces(request: AuthedRequest) -> HttpResponse:
-    """OTLP/HTTP trace export (protobuf or JSON): GenAI spans become trajectories, trace by trace."""
-    body = _read_body(request, settings.API_MAX_BODY_BYTES)
-    if body is None:
-        return _error(413, f"the body is larger than {settings.API_MAX_BODY_BYTES} bytes")
-    if request.headers.get("Content-Encoding", "").lower() == "gzip":
-        body = _gunzip(body, settings.API_MAX_BODY_BYTES * 10)
-        if body is None:
-            return _error(400, "the gzip body is corrupt or decompresses past the limit")
+    """OTLP/HTTP trace export (protobuf or JSON): GenAI spans become trajectories, trace by trace.
+
+    The whole request is checked first; refused spans are never stored and are counted in
+    `partial_success`, with the spans of traces that cannot be assembled yet.
+    """
     try:
-        spans = otlp.spans_from_body(body, request.content_type or "")
+        export = otlp.export_decode(_body(request), request.content_type or "")
+    except JsonInputError as exc:
+        return _error(exc.status, exc.message)
     except otlp.ExportError as exc:
         return _error(400, str(exc))
     redactor = redactor_build(patterns=settings.INGEST_REDACT_DEFAULT, custom=[])
-    options = IngestOptions(format="otlp", source=otlp.SOURCE, redactor=redactor)
-    results = services.traces_assemble(trace_ids=otlp.spans_store(spans), options=options)
+    options = IngestOptions(
+        format="otlp", source=otlp.SOURCE, redactor=redactor, agents_allowed=ingest_agent_names(user=request.user)
+    )
+    results = services.traces_assemble(trace_ids=otlp.spans_store(export.spans), options=options)
     refused = [result.reason for result in results if result.status == "rejected"]
     refused_traces = {reason.split(":", 1)[0].removeprefix("trace ") for reason in refused}
-    rejected_spans = sum(1 for span in spans if span["trace_id"] in refused_traces)
-    return _otlp_response(request, rejected_spans, "; ".join(refused)[:1000])
-
-
-def _gunzip(body: bytes, cap: int) -> bytes | None:
-    import zlib
-
-    decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        data = decompressor.decompress(body, cap + 1)
-    except zlib.error:
-        return None
-    return None if len(data) > cap or not decompressor.eof else data
+    unassembled = sum(1 for span in export.spans if span["trace_id"] in refused_traces)
+    message = "; ".join([*export.refused, *refused])[:1000]
+    return _otlp_response(request, len(export.refused) + unassembled, message)
 
 
 @permission_required(Perm.INGEST, api=True)
+@rate_limited("ingest")
 @require_POST
 def trajectories(request: AuthedRequest) -> JsonResponse:
     try:
         options = options_from_query(request)
     except ValidationError as exc:
         return _error(400, " ".join(exc.messages))
-    body = _read_body(request, settings.API_MAX_BODY_BYTES)
-    if body is None:
-        return _error(413, f"the body is larger than {settings.API_MAX_BODY_BYTES} bytes")
+    refusal = ingest_refusal(user=request.user, agent_name=options.agent) if options.agent else None
+    if refusal:
+        return _error(403, refusal)
     try:
-        items = _items(body)
+        items = _items(_body(request))
+    except JsonInputError as exc:
+        return _error(exc.status, exc.message)
     except FileProblem as problem:
         return _error(400, f"the body cannot be read: {problem.reason}")
     if len(items) > settings.API_MAX_BATCH_ITEMS:

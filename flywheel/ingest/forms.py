@@ -29,7 +29,10 @@ class UploadForm(forms.Form):
         help_text="Replaced by [REDACTED:…] before anything is stored.",
     )
     redact_custom = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 2}), label="Custom patterns", help_text="One regex a line."
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        label="Custom patterns",
+        help_text="One regex a line, in RE2 syntax (no backreferences or lookaround).",
     )
 
     def clean_redact_custom(self) -> list[str]:

@@ -28,9 +28,10 @@ class Upload(UUIDModel, TimestampedModel):
     """A file of trajectories and what its processing found, line by line."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
+        QUEUED = "queued", "Queued, waiting for a worker"
         RUNNING = "running", "Running"
         SUCCEEDED = "succeeded", "Succeeded"
+        PARTIAL = "partial", "Partly read"  # reading stopped partway (a read error, a truncated gzip): see failure
         FAILED = "failed", "Failed"
 
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -46,6 +47,17 @@ class Upload(UUIDModel, TimestampedModel):
     redact_custom = models.JSONField(default=list, blank=True, help_text="Custom redaction regexes.")
     redactions = models.IntegerField(default=0)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Workers that have claimed it so far.")
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its worker last committed progress; stale means lost."
+    )
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its processing message was last handed to the broker."
+    )
+    # How far the file was read, committed with each batch: a resumed run continues after `read` records.
+    lines_read = models.IntegerField(
+        default=0, help_text="The line of the last record committed; a resumed run continues after it."
+    )
     bytes_read = models.BigIntegerField(default=0)
     read = models.IntegerField(default=0)
     stored = models.IntegerField(default=0)
@@ -70,7 +82,7 @@ class Upload(UUIDModel, TimestampedModel):
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (self.Status.SUCCEEDED, self.Status.FAILED)
+        return self.status in (self.Status.SUCCEEDED, self.Status.PARTIAL, self.Status.FAILED)
 
 
 class Trajectory(UUIDModel):
@@ -78,7 +90,7 @@ class Trajectory(UUIDModel):
 
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="trajectories")
     upload = models.ForeignKey(Upload, null=True, blank=True, on_delete=models.SET_NULL, related_name="trajectories")
-    # The dedup key: (source, external_id) when the record has an id, else content_hash.
+    # The dedup key, within the agent: (source, external_id) when the record has an id, else content_hash.
     source = models.CharField(max_length=100)
     external_id = models.CharField(max_length=255, blank=True)
     content_hash = models.CharField(max_length=64)
@@ -101,12 +113,14 @@ class Trajectory(UUIDModel):
         ordering = ["-ingested_at", "-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["source", "external_id"],
+                fields=["agent", "source", "external_id"],
                 condition=~models.Q(external_id=""),
-                name="trajectory_unique_source_id",
+                name="trajectory_unique_agent_source_id",
             ),
             models.UniqueConstraint(
-                fields=["content_hash"], condition=models.Q(external_id=""), name="trajectory_unique_content"
+                fields=["agent", "content_hash"],
+                condition=models.Q(external_id=""),
+                name="trajectory_unique_agent_content",
             ),
         ]
         indexes = [

@@ -1,93 +1,223 @@
-"""The OTLP/HTTP trace receiver's work: decode an export, keep its spans, assemble their traces.
+"""The OTLP/HTTP trace receiver's work: decode an export, check every span, keep the good ones.
 
 Exports arrive as protobuf (what the OpenTelemetry SDK's HTTP exporter sends) or JSON; both become
-the same normalised span dicts. Spans are kept in `OtlpSpan` rows, because one trace may arrive
-over several exports; after each export, every trace it touched is assembled again from all its
-spans (parser `otlp`) and stored through the ingestion service, or its stored trajectory is
-brought up to date in place, so reviews pointing at it survive.
+the same normalised span dicts. The whole request is checked before anything is stored: a body
+that cannot be decoded, or whose structure above the spans is wrong, is an `ExportError` (400);
+a malformed span (an id that is not hex, a timestamp that is not a number, attributes of the
+wrong shape or too deep, GenAI attributes the parser cannot read) is refused on its own and
+counted in OTLP's `partial_success`, and is never stored, so it can never spoil its trace.
+
+Good spans are kept in `OtlpSpan` rows, because one trace may arrive over several exports; after
+each export, every trace it touched is assembled again from all its spans (parser `otlp`) and
+stored through the ingestion service, or its stored trajectory is brought up to date in place.
 """
 
 from __future__ import annotations
 
 import base64
-import json
+import binascii
+import math
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils import timezone
 
 from flywheel.ingest.models import OtlpSpan
+from flywheel.ingest.parsers.otlp import span_problem
+from flywheel.ingest.reader import decode_any, tree_problem
 
 SOURCE = "otlp"
+# Attribute values nest through arrayValue / kvlistValue; deeper than this is refused.
+MAX_ATTRIBUTE_DEPTH = 16
+MAX_SPAN_DEPTH = 64  # the raw JSON of one span, attributes included
+UINT64_LIMIT = 1 << 64
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+DIGITS = re.compile(r"-?[0-9]{1,20}")
+STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 
 
 class ExportError(ValueError):
     """The export cannot be decoded at all."""
 
 
-def _any_value(value: dict[str, Any]) -> Any:
-    """An OTLP/JSON AnyValue as a Python value."""
+class SpanError(ValueError):
+    """One span is malformed; the message says why."""
+
+
+@dataclass
+class Export:
+    """A decoded request: the spans to keep and one reason per refused span."""
+
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+def _any_value(value: Any, depth: int) -> Any:
+    """An OTLP/JSON AnyValue as a Python value; SpanError for a wrong type."""
+    if not isinstance(value, dict):
+        raise SpanError("an attribute value is not an AnyValue object")
+    if depth > MAX_ATTRIBUTE_DEPTH:
+        raise SpanError(f"attribute values nest deeper than {MAX_ATTRIBUTE_DEPTH} levels")
     if "stringValue" in value:
-        return value["stringValue"]
+        return _typed(value["stringValue"], str, "stringValue")
     if "boolValue" in value:
-        return bool(value["boolValue"])
+        return _typed(value["boolValue"], bool, "boolValue")
     if "intValue" in value:
-        return int(value["intValue"])
+        return _integer(value["intValue"], "intValue", INT64_MIN, INT64_MAX)
     if "doubleValue" in value:
-        return float(value["doubleValue"])
+        return _double(value["doubleValue"])
     if "arrayValue" in value:
-        return [_any_value(item) for item in value["arrayValue"].get("values", [])]
+        return [_any_value(item, depth + 1) for item in _values(value["arrayValue"], "arrayValue")]
     if "kvlistValue" in value:
-        return _attributes(value["kvlistValue"].get("values", []))
+        return _attributes(_values(value["kvlistValue"], "kvlistValue"), depth + 1)
     if "bytesValue" in value:
-        return value["bytesValue"]
+        return _typed(value["bytesValue"], str, "bytesValue")
     return None
 
 
-def _attributes(pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {pair["key"]: _any_value(pair.get("value") or {}) for pair in pairs if "key" in pair}
+def _typed(value: Any, kind: type, name: str) -> Any:
+    if not isinstance(value, kind):
+        raise SpanError(f"{name} must be a {kind.__name__}, not {type(value).__name__}")
+    return value
 
 
-def _hex_id(value: str, size: int) -> str:
-    """OTLP/JSON ids are hex; protobuf turned into JSON gives base64. Either way: lowercase hex."""
-    if len(value) == size * 2 and all(c in "0123456789abcdefABCDEF" for c in value):
-        return value.lower()
+def _values(container: Any, name: str) -> list[Any]:
+    values = container.get("values", []) if isinstance(container, dict) else None
+    if not isinstance(values, list):
+        raise SpanError(f"{name} must be an object holding a 'values' list")
+    return values
+
+
+def _integer(value: Any, name: str, low: int, high: int) -> int:
+    """An integer from a JSON number or a decimal string (OTLP/JSON writes 64-bit integers as strings)."""
+    if isinstance(value, str) and DIGITS.fullmatch(value):
+        number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        raise SpanError(f"{name} must be an integer or a string of digits, not {value!r:.40}")
+    if not low <= number <= high:
+        raise SpanError(f"{name} {number} is out of range")
+    return number
+
+
+def _double(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpanError(f"doubleValue must be a number, not {type(value).__name__}")
     try:
-        return base64.b64decode(value).hex()
-    except ValueError:
-        raise ExportError(f"span id {value!r} is neither hex nor base64") from None
+        number = float(value)
+    except OverflowError:
+        raise SpanError("doubleValue is too large") from None
+    if not math.isfinite(number):
+        raise SpanError("doubleValue must be finite")
+    return number
 
 
-def spans_from_json(export: dict[str, Any]) -> list[dict[str, Any]]:
-    """Normalised spans of an ExportTraceServiceRequest in OTLP/JSON."""
-    spans = []
-    for resource_spans in export.get("resourceSpans") or []:
-        resource = _attributes((resource_spans.get("resource") or {}).get("attributes") or [])
-        for scope_spans in resource_spans.get("scopeSpans") or []:
-            for span in scope_spans.get("spans") or []:
-                status = span.get("status") or {}
-                spans.append(
-                    {
-                        "trace_id": _hex_id(span["traceId"], 16),
-                        "span_id": _hex_id(span["spanId"], 8),
-                        "parent_span_id": _hex_id(span["parentSpanId"], 8) if span.get("parentSpanId") else "",
-                        "name": span.get("name", ""),
-                        "start_ns": int(span.get("startTimeUnixNano") or 0),
-                        "end_ns": int(span.get("endTimeUnixNano") or 0),
-                        "attributes": _attributes(span.get("attributes") or []),
-                        "status_code": _status_code(status.get("code")),
-                        "status_message": status.get("message", ""),
-                        "resource": resource,
-                    }
-                )
-    return spans
+def _attributes(pairs: Any, depth: int = 0) -> dict[str, Any]:
+    if not isinstance(pairs, list):
+        raise SpanError("attributes must be a list of {key, value}")
+    attributes = {}
+    for pair in pairs:
+        if not isinstance(pair, dict) or not isinstance(pair.get("key"), str):
+            raise SpanError("an attribute is not a {key, value} object with a string key")
+        attributes[pair["key"]] = _any_value(pair.get("value") or {}, depth)
+    return attributes
+
+
+def _hex_id(value: Any, size: int, name: str) -> str:
+    """OTLP/JSON ids are hex; protobuf turned into JSON gives base64. Either way: lowercase hex."""
+    if not isinstance(value, str):
+        raise SpanError(f"{name} must be a string of {size * 2} hex characters, not {type(value).__name__}")
+    if len(value) == size * 2 and all(c in "0123456789abcdefABCDEF" for c in value):
+        decoded = value.lower()
+    else:
+        try:
+            decoded = base64.b64decode(value, validate=True).hex()
+        except (ValueError, binascii.Error):
+            raise SpanError(f"{name} {value!r:.40} is neither hex nor base64") from None
+    if len(decoded) != size * 2 or not decoded.strip("0"):
+        raise SpanError(f"{name} must be {size} bytes and not all zero")
+    return decoded
+
+
+def _list(holder: dict[str, Any], name: str) -> list[Any]:
+    value = holder.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise ExportError(f"{name} must be a list of objects")
+    return value
+
+
+def export_from_json(export: Any) -> Export:
+    """Check every span of an ExportTraceServiceRequest in OTLP/JSON; ExportError above the spans."""
+    if not isinstance(export, dict):
+        raise ExportError("the body is not an ExportTraceServiceRequest object")
+    result = Export()
+    for resource_spans in _list(export, "resourceSpans"):
+        resource, problem = _resource(resource_spans.get("resource") or {})
+        for scope_spans in _list(resource_spans, "scopeSpans"):
+            for raw in _list(scope_spans, "spans"):
+                _span_into(result, raw, resource, problem)
+    return result
+
+
+def _resource(resource: Any) -> tuple[dict[str, Any], str | None]:
+    """The resource's attributes, or why they are malformed (then each of its spans is refused)."""
+    try:
+        if not isinstance(resource, dict):
+            raise SpanError("resource must be an object")
+        return _attributes(resource.get("attributes") or []), None
+    except SpanError as exc:
+        return {}, f"resource attributes: {exc}"
+
+
+def _span_into(result: Export, raw: dict[str, Any], resource: dict[str, Any], problem: str | None) -> None:
+    try:
+        if problem:
+            raise SpanError(problem)
+        span = span_from_json(raw, resource)
+    except SpanError as exc:
+        name = raw.get("name")
+        result.refused.append(f"span {name[:80] if isinstance(name, str) else '?'!r}: {exc}")
+        return
+    result.spans.append(span)
+
+
+def span_from_json(raw: dict[str, Any], resource: dict[str, Any]) -> dict[str, Any]:
+    """One normalised span, or SpanError naming what is wrong with it."""
+    if problem := tree_problem(raw, MAX_SPAN_DEPTH, check_strings=True):
+        raise SpanError(problem)
+    status = raw.get("status") or {}
+    if not isinstance(status, dict):
+        raise SpanError("status must be an object")
+    start = _integer(raw.get("startTimeUnixNano") or 0, "startTimeUnixNano", 0, UINT64_LIMIT - 1)
+    end = _integer(raw.get("endTimeUnixNano") or 0, "endTimeUnixNano", 0, UINT64_LIMIT - 1)
+    if end < start:
+        raise SpanError("endTimeUnixNano is before startTimeUnixNano")
+    span = {
+        "trace_id": _hex_id(raw.get("traceId"), 16, "traceId"),
+        "span_id": _hex_id(raw.get("spanId"), 8, "spanId"),
+        "parent_span_id": _hex_id(raw["parentSpanId"], 8, "parentSpanId") if raw.get("parentSpanId") else "",
+        "name": _typed(raw.get("name", ""), str, "name"),
+        "start_ns": start,
+        "end_ns": end,
+        "attributes": _attributes(raw.get("attributes") or []),
+        "status_code": _status_code(status.get("code")),
+        "status_message": _typed(status.get("message", ""), str, "status.message"),
+        "resource": resource,
+    }
+    if problem := tree_problem(span["resource"], MAX_SPAN_DEPTH, check_strings=True) or span_problem(span):
+        raise SpanError(problem)
+    return span
 
 
 def _status_code(code: Any) -> int:
-    names = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
-    return names.get(code, 0) if isinstance(code, str) else int(code or 0)
+    if isinstance(code, str) and code in STATUS_CODES:
+        return STATUS_CODES[code]
+    return _integer(code or 0, "status.code", 0, 2)
 
 
-def spans_from_protobuf(body: bytes) -> list[dict[str, Any]]:
+def export_from_protobuf(body: bytes) -> Export:
     from google.protobuf.json_format import MessageToDict
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -95,26 +225,21 @@ def spans_from_protobuf(body: bytes) -> list[dict[str, Any]]:
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
-    except DecodeError as exc:
+    except (DecodeError, RecursionError) as exc:
         raise ExportError(f"the body is not an ExportTraceServiceRequest: {exc}") from exc
-    return spans_from_json(MessageToDict(request))
+    return export_from_json(MessageToDict(request))
 
 
-def spans_from_body(body: bytes, content_type: str) -> list[dict[str, Any]]:
+def export_decode(body: bytes, content_type: str) -> Export:
+    """The checked spans of an export body (protobuf or JSON); ExportError when it cannot be read."""
+    if content_type.startswith("application/x-protobuf"):
+        return export_from_protobuf(body)
     try:
-        if content_type.startswith("application/x-protobuf"):
-            return spans_from_protobuf(body)
-        export = json.loads(body)
+        # Bad bytes and NaN become values the span check refuses, so they cost one span, not the request.
+        export = decode_any(body.decode("utf-8", errors="surrogateescape"))
     except (ValueError, RecursionError) as exc:
         raise ExportError(f"the body is not valid OTLP/JSON: {exc}") from exc
-    except KeyError as exc:
-        raise ExportError(f"a span has no {exc.args[0]}") from exc
-    if not isinstance(export, dict):
-        raise ExportError("the body is not an ExportTraceServiceRequest object")
-    try:
-        return spans_from_json(export)
-    except KeyError as exc:
-        raise ExportError(f"a span has no {exc.args[0]}") from exc
+    return export_from_json(export)
 
 
 def spans_store(spans: list[dict[str, Any]]) -> set[str]:
@@ -131,5 +256,5 @@ def spans_store(spans: list[dict[str, Any]]) -> set[str]:
 
 def trace_record(trace_id: str) -> dict[str, Any]:
     spans = [row.payload for row in OtlpSpan.objects.filter(trace_id=trace_id)]
-    resource: dict[str, Any] = next((span["resource"] for span in spans if span.get("resource")), {})
+    resource: Any = next((span["resource"] for span in spans if isinstance(span, dict) and span.get("resource")), {})
     return {"trace_id": trace_id, "resource": resource, "spans": spans}

@@ -13,6 +13,8 @@ import codecs
 import gzip
 import io
 import json
+import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -20,6 +22,8 @@ from typing import IO, Any
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 ARRAY_CHUNK_CHARS = 1 << 20
+# How much of a file starting with '[' is looked at to tell JSON Lines from a JSON array.
+JSONL_SNIFF_BYTES = 1 << 13
 # CPython refuses to turn longer digit strings into ints (sys.get_int_max_str_digits).
 INT_DIGITS_LIMIT = 4300
 
@@ -53,6 +57,7 @@ class _RejectedValue:
 
 
 _NON_FINITE = _RejectedValue("NaN and Infinity are not valid JSON")
+OVERFLOW_REASON = "a number is too large for a float (it would be stored as Infinity)"
 _HUGE_INT = _RejectedValue(f"an integer has more than {INT_DIGITS_LIMIT} digits")
 
 
@@ -63,27 +68,64 @@ def _parse_int(digits: str) -> int | _RejectedValue:
 _DECODER = json.JSONDecoder(parse_constant=lambda _: _NON_FINITE, parse_int=_parse_int)
 
 
-def value_problem(value: Any, max_depth: int) -> str | None:
+NUL_ESCAPE = "\\u0000"
+NUL_REASON = "the record contains a NUL character (\\u0000), which PostgreSQL cannot store"
+SURROGATE_REASON = "the record contains invalid UTF-8 or a lone surrogate (\\ud800-\\udfff)"
+BAD_UTF8_REASON = "invalid UTF-8 in the record"
+# A \\uD800-\\uDFFF escape may decode to a lone surrogate: only then are the strings walked.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
+
+
+def value_problem(value: Any, max_depth: int, *, check_strings: bool = False) -> str | None:
     """Why a decoded value must be refused (a rejected literal, too deep, not an object), or None."""
     if not isinstance(value, dict):
         kind = "array" if isinstance(value, list) else type(value).__name__
         return f"a JSON {kind}, not an object"
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    return tree_problem(value, max_depth, check_strings=check_strings)
+
+
+def tree_problem(value: Any, max_depth: int, *, check_strings: bool = False) -> str | None:
+    """Why any decoded JSON value cannot be stored, or None.
+
+    Refused: NaN and Infinity (also a number too large for a float), integers past the digit
+    limit, nesting past `max_depth`, and, with `check_strings`, strings holding a NUL or a lone
+    surrogate (PostgreSQL cannot store either). Walks without recursion, so depth costs no stack.
+    """
+    stack: list[tuple[Any, int]] = [([value], 0)]
     while stack:
         container, depth = stack.pop()
         if depth > max_depth:
             return f"nesting deeper than {max_depth} levels"
-        for child in container.values() if type(container) is dict else container:
+        if type(container) is dict:
+            if check_strings and (problem := _strings_problem(container)):
+                return problem
+            children: Any = container.values()
+        else:
+            children = container
+        for child in children:
             child_type = type(child)
             if child_type is dict or child_type is list:
                 stack.append((child, depth + 1))
+            elif child_type is float and not math.isfinite(child):
+                return OVERFLOW_REASON
             elif child_type is _RejectedValue:
                 return child.reason
+            elif check_strings and child_type is str and (problem := _string_problem(child)):
+                return problem
     return None
 
 
-NUL_ESCAPE = "\\u0000"
-NUL_REASON = "the record contains a NUL character (\\u0000), which PostgreSQL cannot store"
+def _strings_problem(container: dict[Any, Any]) -> str | None:
+    return next((problem for key in container if (problem := _string_problem(key))), None)
+
+
+def _string_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return NUL_REASON
+    if _SURROGATE.search(text):
+        return SURROGATE_REASON
+    return None
 
 
 def decode_object(text: str, max_depth: int) -> tuple[dict[str, Any] | None, str | None]:
@@ -101,7 +143,27 @@ def decode_object_allowing_nul(text: str, max_depth: int) -> tuple[dict[str, Any
         return None, f"not valid JSON: {exc.msg} at column {exc.colno}"
     except RecursionError:
         return None, f"nesting deeper than {max_depth} levels"
-    problem = value_problem(value, max_depth)
+    problem = value_problem(value, max_depth, check_strings=_SURROGATE_ESCAPE.search(text) is not None)
+    return (None, problem) if problem else (value, None)
+
+
+def decode_any(text: str) -> Any:
+    """Any JSON value, NaN and over-long integers left in it as markers that `tree_problem` refuses.
+
+    Raises json.JSONDecodeError or RecursionError as json.loads does.
+    """
+    return _DECODER.decode(text)
+
+
+def decode_value(text: str, max_depth: int) -> tuple[Any, str | None]:
+    """Any JSON value from text, refused (None, reason) when PostgreSQL's JSON could not store it."""
+    try:
+        value = _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON: {exc.msg} at column {exc.colno}"
+    except RecursionError:
+        return None, f"nesting deeper than {max_depth} levels"
+    problem = tree_problem(value, max_depth, check_strings=True)
     return (None, problem) if problem else (value, None)
 
 
@@ -160,6 +222,14 @@ def _skip_bom_and_space(stream: io.BufferedReader) -> bytes:
         stream.read(1)
 
 
+def read_array(stream: IO[bytes], limits: ReadLimits) -> Iterator[RawRecord]:
+    """The items of a JSON array (not decompressed, first byte '['); raises FileProblem as read_records does."""
+    data: Any = io.BufferedReader(_Borrowed(stream))
+    if _skip_bom_and_space(data) != b"[":
+        raise FileProblem("expected a JSON array", line=1)
+    yield from _array_records(data, limits)
+
+
 def read_records(stream: IO[bytes], limits: ReadLimits = ReadLimits()) -> Iterator[RawRecord]:
     """Every record of the file in order; raises FileProblem when the rest cannot be read."""
     data = open_decompressed(stream, limits)
@@ -167,9 +237,25 @@ def read_records(stream: IO[bytes], limits: ReadLimits = ReadLimits()) -> Iterat
     if first == b"":
         raise FileProblem("the file is empty", line=0)
     if first == b"[":
-        yield from _array_records(data, limits)
+        if _is_json_lines(data.peek(JSONL_SNIFF_BYTES)):
+            yield from _jsonl_records(data, limits)
+        else:
+            yield from _array_records(data, limits)
     else:
         yield from _jsonl_records(data, limits)
+
+
+def _is_json_lines(head: bytes) -> bool:
+    """JSON Lines whose first line is an array (refused alone), not a JSON array file: told from the
+    buffered start of the file, a first line that is a whole JSON value with more text after it."""
+    line, newline, rest = head.partition(b"\n")
+    if not newline or not rest.strip():
+        return False
+    try:
+        _DECODER.decode(line.decode("utf-8", errors="surrogateescape"))
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _read_line(data: io.BufferedReader, limit: int) -> tuple[bytes, bool]:
@@ -214,17 +300,15 @@ class _ArrayCursor:
 
     def __init__(self, data: io.BufferedReader, limits: ReadLimits) -> None:
         self._data, self._limits = data, limits
-        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        # Bad bytes become lone surrogates, so only the item holding them is refused.
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
         self.text, self.pos, self.line, self.eof = "", 0, 1, False
 
     def more(self, chars: int = ARRAY_CHUNK_CHARS) -> bool:
         if self.eof:
             return False
         chunk = self._data.read(chars)
-        try:
-            decoded = self._decoder.decode(chunk, final=not chunk)
-        except UnicodeDecodeError as exc:
-            raise FileProblem(f"invalid UTF-8 in the JSON array: {exc.reason}", self.line) from exc
+        decoded = self._decoder.decode(chunk, final=not chunk)
         self.eof = not chunk
         self.text = self.text[self.pos :] + decoded
         self.pos = 0
@@ -274,12 +358,47 @@ def _array_item(cursor: _ArrayCursor, limits: ReadLimits) -> RawRecord:
             value, end = _DECODER.raw_decode(cursor.text, cursor.pos)
             break
         except json.JSONDecodeError as exc:
-            if len(cursor.text) - cursor.pos > limits.max_record_bytes:
-                raise FileProblem(f"the item is larger than {limits.max_record_bytes} bytes", line) from exc
-            if not cursor.more(max(ARRAY_CHUNK_CHARS, len(cursor.text))):
-                raise FileProblem(f"not valid JSON: {exc.msg} (the array cannot be read past it)", line) from exc
-        except RecursionError as exc:
-            raise FileProblem(f"nesting deeper than {limits.max_depth} levels", line) from exc
-    problem = NUL_REASON if NUL_ESCAPE in cursor.text[cursor.pos : end] else value_problem(value, limits.max_depth)
+            _read_more(cursor, limits, line, f"not valid JSON: {exc.msg} (the array cannot be read past it)")
+        except RecursionError:
+            # Too deep for the decoder: find where the item ends without recursing, and refuse it alone.
+            end_of_item = _container_end(cursor.text, cursor.pos)
+            if end_of_item is not None:
+                cursor.advance(end_of_item)
+                return RawRecord(line, error=f"nesting deeper than {limits.max_depth} levels")
+            _read_more(cursor, limits, line, "the file ends inside a deeply nested item (truncated)")
+    problem = _item_problem(cursor.text[cursor.pos : end], value, limits.max_depth)
     cursor.advance(end)
     return RawRecord(line, value=None if problem else value, error=problem)
+
+
+def _read_more(cursor: _ArrayCursor, limits: ReadLimits, line: int, reason_at_end: str) -> None:
+    if len(cursor.text) - cursor.pos > limits.max_record_bytes:
+        raise FileProblem(f"the item is larger than {limits.max_record_bytes} bytes", line)
+    if not cursor.more(max(ARRAY_CHUNK_CHARS, len(cursor.text))):
+        raise FileProblem(reason_at_end, line)
+
+
+# A string (one still open at the end of the text runs to it), or a bracket outside strings.
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[\[\]{}]')
+
+
+def _container_end(text: str, start: int) -> int | None:
+    """Where the array or object opening at `start` closes (the index after it); None when not in `text`."""
+    depth = 0
+    for token in _STRUCTURE.finditer(text, start):
+        mark = token.group()
+        if mark in ("[", "{"):
+            depth += 1
+        elif mark in ("]", "}"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return None
+
+
+def _item_problem(text: str, value: Any, max_depth: int) -> str | None:
+    if NUL_ESCAPE in text:
+        return NUL_REASON
+    if _SURROGATE.search(text):
+        return BAD_UTF8_REASON  # a raw surrogate in the text: undecodable bytes, kept by surrogateescape
+    return value_problem(value, max_depth, check_strings=_SURROGATE_ESCAPE.search(text) is not None)

@@ -1,4 +1,7 @@
-"""Reads of the ingest app: the filtered trajectory list with keyset pagination, one trace, uploads."""
+"""Reads of the ingest app: the filtered trajectory list with keyset pagination, one trace, uploads.
+
+Every read takes the viewer and keeps to the agents they may see (`flywheel.core.selectors`).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,11 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from uuid import UUID
 
+from django.contrib.auth.models import User
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 
+from flywheel.core.selectors import agent_names_filter, agents_filter, sees_all_agents
 from flywheel.ingest.models import Outcome, Step, Trajectory, Upload
 
 
@@ -49,8 +54,8 @@ def _day_start(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min))
 
 
-def trajectory_queryset(filters: TrajectoryFilters) -> QuerySet[Trajectory]:
-    rows = Trajectory.objects.select_related("agent")
+def trajectory_queryset(filters: TrajectoryFilters, *, viewer: User) -> QuerySet[Trajectory]:
+    rows = Trajectory.objects.select_related("agent").filter(agents_filter(viewer))
     if filters.outcome:
         rows = rows.filter(outcome=filters.outcome)
     if filters.agent:
@@ -71,10 +76,10 @@ def trajectory_queryset(filters: TrajectoryFilters) -> QuerySet[Trajectory]:
 
 
 def trajectory_page(
-    *, filters: TrajectoryFilters, after: Cursor | None, size: int = 50
+    *, filters: TrajectoryFilters, viewer: User, after: Cursor | None, size: int = 50
 ) -> tuple[list[Trajectory], Cursor | None]:
     """One page of the list and the cursor of the next one (None on the last page)."""
-    return keyset_page(trajectory_queryset(filters), after=after, size=size)
+    return keyset_page(trajectory_queryset(filters, viewer=viewer), after=after, size=size)
 
 
 def keyset_page(
@@ -90,18 +95,35 @@ def keyset_page(
     return page[:size], Cursor(last.ingested_at, last.id)
 
 
-def trajectory_with_steps(*, trajectory_id: UUID) -> Trajectory | None:
+def trajectory_visible(*, viewer: User) -> QuerySet[Trajectory]:
+    """The trajectories `viewer` may see, unfiltered otherwise: the start of any read of one by id."""
+    return Trajectory.objects.filter(agents_filter(viewer))
+
+
+def trajectory_with_steps(*, trajectory_id: UUID, viewer: User) -> Trajectory | None:
     steps = Prefetch("steps", queryset=Step.objects.order_by("index"))
-    return Trajectory.objects.select_related("agent", "upload").prefetch_related(steps).filter(pk=trajectory_id).first()
+    rows = trajectory_visible(viewer=viewer).select_related("agent", "upload").prefetch_related(steps)
+    return rows.filter(pk=trajectory_id).first()
 
 
-def upload_recent(*, limit: int = 20) -> QuerySet[Upload]:
-    return Upload.objects.select_related("uploaded_by")[:limit]
+def upload_visible(*, viewer: User) -> QuerySet[Upload]:
+    """Uploads into an agent `viewer` may see; one that names no agent (its records do) only to its uploader."""
+    if sees_all_agents(viewer):
+        return Upload.objects.all()
+    return Upload.objects.filter(
+        (~Q(agent_name="") & agent_names_filter(viewer)) | Q(agent_name="", uploaded_by_id=viewer.pk)
+    )
 
 
-def trajectory_counts() -> dict[str, int]:
-    """Totals for the home page: all trajectories, and those that failed."""
-    return {
-        "total": Trajectory.objects.count(),
-        "failures": Trajectory.objects.filter(outcome=Outcome.FAILURE).count(),
-    }
+def upload_get(*, upload_id: UUID, viewer: User) -> Upload | None:
+    return upload_visible(viewer=viewer).filter(pk=upload_id).first()
+
+
+def upload_recent(*, viewer: User, limit: int = 20) -> QuerySet[Upload]:
+    return upload_visible(viewer=viewer).select_related("uploaded_by")[:limit]
+
+
+def trajectory_counts(*, viewer: User) -> dict[str, int]:
+    """Totals for the home page: the trajectories `viewer` may see, and those that failed."""
+    rows = trajectory_visible(viewer=viewer)
+    return {"total": rows.count(), "failures": rows.filter(outcome=Outcome.FAILURE).count()}

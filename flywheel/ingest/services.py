@@ -1,9 +1,16 @@
 """The one ingestion path every entry point uses (upload page, CLI, and later the API and OTLP).
 
 `records_ingest` takes the records a reader yields, parses each with the chosen format,
-deduplicates (per source and id, or per content hash for records without an id) and stores
-trajectories with their steps in batches; a record is stored whole or not at all. Uploads are
-processed by a Celery task that calls `upload_process`.
+deduplicates within each agent (per source and id, or per content hash for records without an
+id) and stores trajectories with their steps in batches bounded by count and by bytes; a record
+is stored whole or not at all.
+
+Uploads follow the outbox pattern: `upload_create` commits the row, then tries to hand its message
+to the broker (`upload_dispatch`, which logs a failure instead of raising it); `uploads_sweep`
+re-sends uploads queued with no message behind them and running ones whose progress went stale.
+`upload_process` claims with a conditional UPDATE (a queued upload, or a running one whose worker
+went silent), commits each batch with how far the file was read, and a later claim continues
+after the last committed record, so a killed worker loses nothing and stores nothing twice.
 """
 
 from __future__ import annotations
@@ -11,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
+from itertools import islice
 from typing import IO, Any
 from uuid import UUID, uuid4
 
@@ -24,11 +33,14 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.core.validators import validate_slug
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from flywheel.core.db import bulk_insert
 from flywheel.core.models import Agent
+from flywheel.core.selectors import ingest_agent_names
 from flywheel.core.services import audit_record, tools_normalize
 from flywheel.ingest.catalogue import Observed, catalogues_update, observe_calls
 from flywheel.ingest.models import Step, Trajectory, Upload
@@ -51,6 +63,8 @@ class IngestOptions:
     source: str = ""  # the dedup namespace for ids; the agent's name when empty
     upload_id: UUID | None = None
     redactor: Redactor | None = None
+    # The agents the caller may ingest into (`flywheel.core.selectors.ingest_agent_names`); None: any.
+    agents_allowed: frozenset[str] | None = None
 
 
 @dataclass
@@ -70,9 +84,11 @@ class IngestReport:
     redactions: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
     failure: str = ""
+    last_line: int = 0  # the line of the last record with a result
 
     def add(self, result: ItemResult) -> None:
         self.read += 1
+        self.last_line = max(self.last_line, result.line)
         if result.status == "stored":
             self.stored += 1
         elif result.status == "duplicate":
@@ -101,12 +117,14 @@ class _Pending:
     source: str
     content_hash: str
     redactions: int = 0
+    size: int = 0  # the record's JSON length: what batches and read-ahead are budgeted by
 
     @property
-    def key(self) -> tuple[str, str, str]:
+    def key(self) -> tuple[str, str, str, str]:
+        """The dedup key, within the record's agent: one agent's record never answers for another's."""
         if self.parsed.external_id:
-            return ("id", self.source, self.parsed.external_id)
-        return ("hash", "", self.content_hash)
+            return ("id", self.parsed.agent, self.source, self.parsed.external_id)
+        return ("hash", self.parsed.agent, "", self.content_hash)
 
 
 def read_limits() -> ReadLimits:
@@ -118,15 +136,26 @@ def read_limits() -> ReadLimits:
 
 
 def stream_ingest(
-    *, stream: IO[bytes], options: IngestOptions, on_batch: Callable[[IngestReport], None] | None = None
+    *,
+    stream: IO[bytes],
+    options: IngestOptions,
+    on_batch: Callable[[IngestReport], None] | None = None,
+    report: IngestReport | None = None,
 ) -> IngestReport:
     """Read a file's records (JSONL or a JSON array, maybe gzipped) and ingest them.
 
-    Reading and parsing run a little ahead in a thread (`prefetch.ahead`), so they overlap the
-    database's work on the batch before; storing stays in the caller's thread and transaction.
+    Reading and parsing run a little ahead in a thread (`prefetch.ahead`, bounded by bytes as well
+    as records), so they overlap the database's work on the batch before; storing stays in the
+    caller's thread. Given the `report` of an earlier, interrupted run, the first `report.read`
+    records already have their results: they are read past, not stored again.
     """
-    report = IngestReport()
-    prepared = ahead(_prepare(record, options) for record in read_records(stream, read_limits()))
+    report = report if report is not None else IngestReport()
+    records = islice(_read_guarded(stream), report.read, None)
+    prepared = ahead(
+        (_prepare(record, options) for record in records),
+        size=_prepared_size,
+        max_bytes=settings.INGEST_READ_AHEAD_BYTES,
+    )
     try:
         _prepared_ingest(prepared, options, report, on_batch, None)
     except FileProblem as problem:
@@ -134,6 +163,18 @@ def stream_ingest(
         report.read += 1
         report.reject(problem.line or report.read + 1, problem.reason)
     return report
+
+
+def _read_guarded(stream: IO[bytes]) -> Generator[RawRecord, None, None]:
+    """The reader's records; a failing read of the file (a disk or network error) ends them as a FileProblem."""
+    try:
+        yield from read_records(stream, read_limits())
+    except OSError as exc:
+        raise FileProblem(f"the file could not be read: {exc}") from exc
+
+
+def _prepared_size(item: _Pending | ItemResult) -> int:
+    return item.size if isinstance(item, _Pending) else len(item.reason)
 
 
 def records_ingest(
@@ -159,16 +200,22 @@ def _prepared_ingest(
 ) -> None:
     agents: dict[str, Agent] = {}
     batch: list[_Pending] = []
+    batch_bytes = 0
+    flushed_at = time.monotonic()
 
     def flush() -> None:
-        report.redactions += sum(pending.redactions for pending in batch)
-        for result in _store_batch(batch, options, agents):
-            report.add(result)
-            if on_result:
-                on_result(result)
+        nonlocal batch_bytes, flushed_at
+        # One transaction: the batch's rows and the progress `on_batch` records commit together.
+        with transaction.atomic():
+            report.redactions += sum(pending.redactions for pending in batch)
+            for result in _store_batch(batch, options, agents):
+                report.add(result)
+                if on_result:
+                    on_result(result)
+            if on_batch:
+                on_batch(report)
         batch.clear()
-        if on_batch:
-            on_batch(report)
+        batch_bytes, flushed_at = 0, time.monotonic()
 
     # closing: a failed store stops the reading thread at once, not when the iterator is collected.
     with closing(prepared):
@@ -180,10 +227,22 @@ def _prepared_ingest(
                         on_result(pending_or_result)
                 else:
                     batch.append(pending_or_result)
-                if len(batch) >= settings.INGEST_BATCH_SIZE:
+                    batch_bytes += pending_or_result.size
+                if _batch_due(len(batch), batch_bytes, flushed_at):
                     flush()
-        finally:
-            flush()
+        except FileProblem:
+            flush()  # the records before the problem are good: store them, then report it
+            raise
+        flush()
+
+
+def _batch_due(count: int, nbytes: int, flushed_at: float) -> bool:
+    """Full by count or bytes; or due by time, so progress (the heartbeat) moves through rejected lines too."""
+    return (
+        count >= settings.INGEST_BATCH_SIZE
+        or nbytes >= settings.INGEST_BATCH_BYTES
+        or time.monotonic() - flushed_at >= settings.INGEST_PROGRESS_SECONDS
+    )
 
 
 def _prepare(record: RawRecord, options: IngestOptions) -> _Pending | ItemResult:
@@ -197,6 +256,9 @@ def _prepare(record: RawRecord, options: IngestOptions) -> _Pending | ItemResult
         return ItemResult(record.line, "rejected", reason=str(exc))
     except ValidationError as exc:
         return ItemResult(record.line, "rejected", reason=f"tool schemas: {' '.join(exc.messages)}")
+    except Exception as exc:  # a parser bug costs this line only; parsers raise RecordError for bad input
+        logger.exception("line %s: the parser failed", record.line)
+        return ItemResult(record.line, "rejected", reason=f"internal error while parsing ({type(exc).__name__})")
     parsed.agent = parsed.agent or options.agent or DEFAULT_AGENT
     try:
         validate_slug(parsed.agent)
@@ -204,34 +266,41 @@ def _prepare(record: RawRecord, options: IngestOptions) -> _Pending | ItemResult
         return ItemResult(
             record.line, "rejected", reason=f"agent name {parsed.agent!r} must be letters, digits, - or _"
         )
-    # Only records without an id dedupe on content; hashing the others would be wasted work.
-    content_hash = "" if parsed.external_id else _content_hash(value)
-    return _Pending(record.line, parsed, options.source or parsed.agent, content_hash, redactions)
+    if options.agents_allowed is not None and parsed.agent not in options.agents_allowed:
+        return ItemResult(record.line, "rejected", reason=f"agent {parsed.agent!r}: not an agent you are a member of")
+    # Only records without an id dedupe on content; the others are serialized for their size alone.
+    if parsed.external_id:
+        content_hash, size = "", len(_compact_json(value))
+    else:
+        canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        content_hash, size = hashlib.sha256(canonical.encode()).hexdigest(), len(canonical)
+    return _Pending(record.line, parsed, options.source or parsed.agent, content_hash, redactions, size)
 
 
-def _content_hash(record: dict[str, Any]) -> str:
-    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+_compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def _existing_keys(batch: list[_Pending]) -> dict[tuple[str, str, str], UUID]:
-    ids_by_source: dict[str, list[str]] = {}
-    hashes: list[str] = []
+def _existing_keys(batch: list[_Pending]) -> dict[tuple[str, str, str, str], UUID]:
+    """The stored trajectories these records duplicate, looked up within each record's agent."""
+    ids_by_source: dict[tuple[str, str], list[str]] = {}
+    hashes_by_agent: dict[str, list[str]] = {}
     for pending in batch:
-        kind, source, value = pending.key
+        kind, agent, source, value = pending.key
         if kind == "id":
-            ids_by_source.setdefault(source, []).append(value)
+            ids_by_source.setdefault((agent, source), []).append(value)
         else:
-            hashes.append(value)
-    found: dict[tuple[str, str, str], UUID] = {}
-    for source, ids in ids_by_source.items():
-        for external_id, pk in Trajectory.objects.filter(source=source, external_id__in=ids).values_list(
-            "external_id", "id"
-        ):
-            found[("id", source, external_id)] = pk
-    if hashes:
-        rows = Trajectory.objects.filter(external_id="", content_hash__in=hashes).values_list("content_hash", "id")
-        found.update({("hash", "", content_hash): pk for content_hash, pk in rows})
+            hashes_by_agent.setdefault(agent, []).append(value)
+    found: dict[tuple[str, str, str, str], UUID] = {}
+    for (agent, source), ids in ids_by_source.items():
+        rows = Trajectory.objects.filter(agent__name=agent, source=source, external_id__in=ids)
+        found.update(
+            {("id", agent, source, external_id): pk for external_id, pk in rows.values_list("external_id", "id")}
+        )
+    for agent, hashes in hashes_by_agent.items():
+        rows = Trajectory.objects.filter(agent__name=agent, external_id="", content_hash__in=hashes)
+        found.update(
+            {("hash", agent, "", content_hash): pk for content_hash, pk in rows.values_list("content_hash", "id")}
+        )
     return found
 
 
@@ -374,7 +443,9 @@ def traces_assemble(*, trace_ids: Iterable[str], options: IngestOptions) -> list
         if isinstance(prepared, ItemResult):
             results.append(ItemResult(0, "rejected", reason=f"trace {trace_id}: {prepared.reason}"))
             continue
-        existing = Trajectory.objects.filter(source=prepared.source, external_id=trace_id).first()
+        existing = Trajectory.objects.filter(
+            agent__name=prepared.parsed.agent, source=prepared.source, external_id=trace_id
+        ).first()
         if existing is None:
             results += _store_batch([prepared], options, agents)
         else:
@@ -457,9 +528,11 @@ def upload_create(
     redact_patterns: Sequence[str] = (),
     redact_custom: Sequence[str] = (),
 ) -> Upload:
-    """Store the file and queue it for processing on the `default` queue."""
-    from flywheel.ingest.tasks import process_upload
+    """Store the file and queue it for processing on the `default` queue.
 
+    The message is sent after the commit; a broker that cannot take it leaves the upload queued
+    ("waiting for a worker") for the sweeper to re-send, and the caller sees no error.
+    """
     field_mapping = ingest_options_validate(format=format, mapping=mapping, agent_name=agent_name, source=source)
     redactor_build(patterns=list(redact_patterns), custom=list(redact_custom))
     upload = Upload(
@@ -478,30 +551,110 @@ def upload_create(
     upload.full_clean()
     upload.save()
     audit_record(actor=user, action="upload.create", target=upload, data={"size": upload.size, "format": format})
-    process_upload.delay_on_commit(str(upload.id))  # type: ignore[attr-defined]  # celery-types predates it
+    transaction.on_commit(partial(upload_dispatch, upload_id=upload.id), robust=True)
     return upload
 
 
-def _upload_claim(upload_id: UUID | str) -> bool:
-    """Move a queued upload to running; False when it is gone or someone else has it."""
-    claimed = Upload.objects.filter(pk=upload_id, status=Upload.Status.QUEUED).update(
-        status=Upload.Status.RUNNING, started_at=timezone.now(), updated_at=timezone.now()
+class UploadLost(Exception):
+    """Another worker has claimed this upload (this one was taken for lost): stop without writing."""
+
+
+def upload_dispatch(*, upload_id: UUID) -> bool:
+    """Hand the upload's message to the broker and mark it dispatched; False (logged) when the broker refused.
+
+    Never raises for the broker: the row is committed already, and the sweeper re-sends what was not sent.
+    """
+    from flywheel.ingest.tasks import process_upload
+
+    try:
+        process_upload.delay(str(upload_id))
+    except Exception:  # any broker failure: the upload waits, queued, for the sweeper
+        logger.warning("upload %s stays queued: the broker did not take its message", upload_id, exc_info=True)
+        return False
+    Upload.objects.filter(pk=upload_id).update(dispatched_at=timezone.now())
+    return True
+
+
+def uploads_sweep(
+    *,
+    stale_after: timedelta | None = None,
+    resend_after: timedelta | None = None,
+    grace: timedelta | None = None,
+) -> list[UUID]:
+    """Re-send uploads whose message may be lost; the ids sent.
+
+    Running with progress older than `stale_after` (its worker died): back to queued, progress
+    kept, and re-sent at once; failed instead once out of attempts. Queued with no message sent
+    (a broker outage at upload) once `grace` has passed, or sent longer than `resend_after` ago
+    and still unclaimed: re-sent. A duplicate message is harmless: the claim lets one worker in.
+    """
+    now = timezone.now()
+    stale = now - (stale_after if stale_after is not None else timedelta(seconds=settings.INGEST_STALE_SECONDS))
+    resend = now - (resend_after if resend_after is not None else timedelta(seconds=settings.DISPATCH_RESEND_SECONDS))
+    fresh = now - (grace if grace is not None else timedelta(seconds=settings.DISPATCH_GRACE_SECONDS))
+    requeued = [pk for pk in _uploads_lost(stale) if _upload_requeue_or_fail(pk, stale)]
+    not_sent = Q(dispatched_at__isnull=True, updated_at__lt=fresh)
+    waiting = Upload.objects.filter(not_sent | Q(dispatched_at__lt=resend), status=Upload.Status.QUEUED)
+    waiting_ids = waiting.exclude(pk__in=requeued).order_by("created_at").values_list("pk", flat=True)
+    ids = requeued + list(waiting_ids[: settings.DISPATCH_SWEEP_LIMIT])
+    return [pk for pk in ids if upload_dispatch(upload_id=pk)]
+
+
+def _uploads_lost(stale: datetime) -> list[UUID]:
+    lost = Upload.objects.filter(status=Upload.Status.RUNNING, heartbeat_at__lt=stale).order_by("created_at")
+    return list(lost.values_list("pk", flat=True)[: settings.DISPATCH_SWEEP_LIMIT])
+
+
+def _upload_requeue_or_fail(upload_id: UUID, stale: datetime) -> bool:
+    """Put a lost upload back in the queue (True), or fail it when its attempts are spent; guarded, like a claim."""
+    upload = Upload.objects.get(pk=upload_id)
+    now = timezone.now()
+    still_lost = Upload.objects.filter(
+        pk=upload_id, status=Upload.Status.RUNNING, heartbeat_at__lt=stale, attempts=upload.attempts
     )
-    return claimed == 1
+    if upload.attempts < settings.INGEST_MAX_ATTEMPTS:
+        return bool(still_lost.update(status=Upload.Status.QUEUED, dispatched_at=None, updated_at=now))
+    failure = f"its worker was lost {upload.attempts} times; reading stopped after line {upload.lines_read}"
+    if still_lost.update(status=Upload.Status.FAILED, failure=failure, finished_at=now, updated_at=now):
+        upload.status = Upload.Status.FAILED
+        _upload_raw_discard(upload)
+    return False
+
+
+def _upload_claim(upload_id: UUID | str) -> Upload | None:
+    """Take a queued upload, or a running one whose worker went silent; None when it is gone or someone has it.
+
+    One conditional UPDATE: of two claims at once, one finds the row changed and claims nothing.
+    Each claim counts an attempt; progress writes are fenced by it (`_upload_progress_save`).
+    """
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.INGEST_STALE_SECONDS)
+    claimable = Q(status=Upload.Status.QUEUED) | Q(status=Upload.Status.RUNNING, heartbeat_at__lt=stale)
+    claimed = Upload.objects.filter(claimable, pk=upload_id, attempts__lt=settings.INGEST_MAX_ATTEMPTS).update(
+        status=Upload.Status.RUNNING, attempts=F("attempts") + 1, heartbeat_at=now,
+        started_at=Coalesce("started_at", Value(now)), updated_at=now,
+    )  # fmt: skip
+    return Upload.objects.get(pk=upload_id) if claimed else None
 
 
 def upload_process(*, upload_id: UUID | str) -> Upload | None:
-    """Ingest a queued upload, saving progress after every batch. Safe to run twice."""
-    if not _upload_claim(upload_id):
+    """Ingest an upload from where it was left, saving progress with every batch. Safe to run twice."""
+    upload = _upload_claim(upload_id)
+    if upload is None:
         return None
-    upload = Upload.objects.get(pk=upload_id)
     try:
         return _upload_run(upload)
+    except (UploadLost, DatabaseError):
+        # Taken over, or the database went away: the row stays running; a later claim resumes it.
+        logger.warning("upload %s: attempt %d stopped", upload.id, upload.attempts, exc_info=True)
+        raise
     except Exception as exc:
         logger.exception("upload %s failed", upload.id)
-        Upload.objects.filter(pk=upload.pk).update(
+        Upload.objects.filter(pk=upload.pk, attempts=upload.attempts).update(
             status=Upload.Status.FAILED, failure=f"internal error: {type(exc).__name__}", finished_at=timezone.now()
         )
+        upload.status = Upload.Status.FAILED
+        _upload_raw_discard(upload)
         raise
 
 
@@ -513,23 +666,60 @@ def _upload_run(upload: Upload) -> Upload:
         source=upload.source,
         upload_id=upload.id,
         redactor=redactor_build(patterns=upload.redact_patterns, custom=upload.redact_custom),
+        agents_allowed=ingest_agent_names(user=upload.uploaded_by) if upload.uploaded_by else None,
     )
+    if upload.read:
+        logger.info("upload %s: attempt %d resumes after line %d", upload.id, upload.attempts, upload.lines_read)
     with upload.file.open("rb") as raw:
 
         def save_progress(report: IngestReport) -> None:
-            _upload_save_counts(upload, report, bytes_read=raw.tell())
+            _upload_progress_save(upload, report, bytes_read=raw.tell())
 
-        report = stream_ingest(stream=raw, options=options, on_batch=save_progress)
-    upload.failure = report.failure
-    upload.status = Upload.Status.FAILED if report.failure and report.read == 0 else Upload.Status.SUCCEEDED
-    upload.finished_at = timezone.now()
-    _upload_save_counts(upload, report, bytes_read=upload.size)
+        report = stream_ingest(stream=raw, options=options, on_batch=save_progress, report=_report_so_far(upload))
+    upload.status = _final_status(report)
+    _upload_progress_save(
+        upload, report, bytes_read=upload.size, status=upload.status, failure=report.failure, finished_at=timezone.now()
+    )
+    _upload_raw_discard(upload)
     logger.info("upload %s: %s", upload.id, json.dumps(report.as_dict())[:500])
+    upload.refresh_from_db()
     return upload
 
 
-def _upload_save_counts(upload: Upload, report: IngestReport, *, bytes_read: int) -> None:
-    upload.bytes_read = bytes_read
-    for name in ("read", "stored", "duplicates", "rejected", "errors", "redactions"):
-        setattr(upload, name, getattr(report, name))
-    upload.save()
+def _report_so_far(upload: Upload) -> IngestReport:
+    """The counts committed by earlier attempts: a resumed run continues them."""
+    return IngestReport(
+        read=upload.read, stored=upload.stored, duplicates=upload.duplicates, rejected=upload.rejected,
+        redactions=upload.redactions, errors=list(upload.errors), last_line=upload.lines_read,
+    )  # fmt: skip
+
+
+def _final_status(report: IngestReport) -> str:
+    """Succeeded when read to its end; partial when reading stopped after some records; failed before any."""
+    if not report.failure:
+        return Upload.Status.SUCCEEDED
+    return Upload.Status.PARTIAL if report.read > 1 else Upload.Status.FAILED
+
+
+def _upload_progress_save(upload: Upload, report: IngestReport, *, bytes_read: int, **fields: Any) -> None:
+    """Record the counts and how far the file was read, in the caller's transaction; UploadLost if taken over."""
+    counts = {name: getattr(report, name) for name in ("read", "stored", "duplicates", "rejected", "redactions")}
+    now = timezone.now()
+    saved = Upload.objects.filter(pk=upload.pk, status=Upload.Status.RUNNING, attempts=upload.attempts).update(
+        **counts, errors=report.errors, lines_read=report.last_line, bytes_read=bytes_read, heartbeat_at=now,
+        updated_at=now, **fields,
+    )  # fmt: skip
+    if not saved:
+        raise UploadLost(f"upload {upload.id}: attempt {upload.attempts} was taken over")
+
+
+def _upload_raw_discard(upload: Upload) -> None:
+    """Delete the raw file once processed: always when redaction was asked for (it holds what was redacted),
+    after success unless INGEST_KEEP_RAW_UPLOADS keeps it; a failed or partial file stays for a look."""
+    redacted = bool(upload.redact_patterns or upload.redact_custom)
+    if not upload.file or (
+        not redacted and (upload.status != Upload.Status.SUCCEEDED or settings.INGEST_KEEP_RAW_UPLOADS)
+    ):
+        return
+    upload.file.delete(save=False)
+    Upload.objects.filter(pk=upload.pk).update(file="")

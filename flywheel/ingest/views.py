@@ -8,11 +8,12 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import ingest_refusal
 from flywheel.ingest import selectors, services
 from flywheel.ingest.forms import TrajectoryFilterForm, UploadForm
 from flywheel.ingest.models import Upload
@@ -22,7 +23,7 @@ from flywheel.ingest.models import Upload
 def trajectory_list(request: AuthedRequest) -> HttpResponse:
     form = TrajectoryFilterForm(request.GET)
     after = selectors.Cursor.decode(request.GET.get("after", ""))
-    rows, next_cursor = selectors.trajectory_page(filters=form.filters(), after=after)
+    rows, next_cursor = selectors.trajectory_page(filters=form.filters(), viewer=request.user, after=after)
     query = request.GET.copy()
     query.pop("after", None)
     context = {
@@ -36,7 +37,7 @@ def trajectory_list(request: AuthedRequest) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def trajectory_detail(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
-    trajectory = selectors.trajectory_with_steps(trajectory_id=trajectory_id)
+    trajectory = selectors.trajectory_with_steps(trajectory_id=trajectory_id, viewer=request.user)
     if trajectory is None:
         raise Http404("no such trajectory")
     return render(request, "ingest/trajectory_detail.html", {"trajectory": trajectory})
@@ -60,10 +61,10 @@ class _SizeLimitHandler(FileUploadHandler):
         return None
 
 
-def _too_large(request: HttpRequest) -> HttpResponse:
+def _too_large(request: AuthedRequest) -> HttpResponse:
     context = {
         "form": UploadForm(),
-        "uploads": selectors.upload_recent(),
+        "uploads": selectors.upload_recent(viewer=request.user),
         "too_large": settings.INGEST_MAX_UPLOAD_BYTES,
     }
     return render(request, "ingest/upload_form.html", context, status=413)
@@ -84,6 +85,10 @@ def _upload_form(request: AuthedRequest) -> HttpResponse:
     form = UploadForm(request.POST or None, request.FILES or None)
     if any(getattr(handler, "exceeded", False) for handler in request.upload_handlers):
         return _too_large(request)
+    # Records that name another agent are refused one by one as the file is read (IngestOptions.agents_allowed).
+    refusal = ingest_refusal(user=request.user, agent_name=form.data["agent"]) if form.data.get("agent") else None
+    if refusal:
+        form.add_error("agent", refusal)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -101,16 +106,22 @@ def _upload_form(request: AuthedRequest) -> HttpResponse:
             form.add_error(None, exc)
         else:
             return redirect("ingest:upload_detail", upload_id=upload.id)
-    return render(request, "ingest/upload_form.html", {"form": form, "uploads": selectors.upload_recent()})
+    context = {"form": form, "uploads": selectors.upload_recent(viewer=request.user)}
+    return render(request, "ingest/upload_form.html", context, status=403 if refusal else 200)
+
+
+def _upload(request: AuthedRequest, upload_id: UUID) -> Upload:
+    upload = selectors.upload_get(upload_id=upload_id, viewer=request.user)
+    if upload is None:
+        raise Http404("no such upload")
+    return upload
 
 
 @permission_required(Perm.VIEW)
 def upload_detail(request: AuthedRequest, upload_id: UUID) -> HttpResponse:
-    upload = get_object_or_404(Upload, pk=upload_id)
-    return render(request, "ingest/upload_detail.html", {"upload": upload})
+    return render(request, "ingest/upload_detail.html", {"upload": _upload(request, upload_id)})
 
 
 @permission_required(Perm.VIEW)
 def upload_progress(request: AuthedRequest, upload_id: UUID) -> HttpResponse:
-    upload = get_object_or_404(Upload, pk=upload_id)
-    return render(request, "ingest/_upload_progress.html", {"upload": upload})
+    return render(request, "ingest/_upload_progress.html", {"upload": _upload(request, upload_id)})

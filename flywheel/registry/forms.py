@@ -10,11 +10,11 @@ from flywheel.core.forms import JSONObjectField
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.registry.models import ModelVersion
 from trainer.spec.config import config_help
-from trainer.spec.gate import METRICS, TESTS, Policy
+from trainer.spec.gate import LATENCY_SIGNALS, METRICS, TESTS, Policy
 
 NO_VERSION = "none"
-DEFAULT_GATE_OPTIONS = {"device": "cpu", "batch_size": 8, "max_new_tokens": 96, "heldout_sample_size": 50,
-                        "regression_sample_size": 50}  # fmt: skip
+# No regression_sample_size: a gate checks every regression task unless told to sample them.
+DEFAULT_GATE_OPTIONS = {"device": "cpu", "batch_size": 8, "max_new_tokens": 96, "heldout_sample_size": 50}
 
 
 class ExpectedLiveField(forms.CharField):
@@ -78,8 +78,13 @@ class GatePolicyForm(forms.Form):
     metric = forms.ChoiceField(choices=[(name, name) for name in METRICS])
     test = forms.ChoiceField(choices=[(name, name) for name in TESTS])
     alpha = forms.FloatField(min_value=0.0001, max_value=0.5)
+    max_heldout_broken_share = forms.FloatField(min_value=0, max_value=1)
+    min_bucket_tasks = forms.IntegerField(min_value=1)
+    max_bucket_drop = forms.FloatField(min_value=0, max_value=1)
     max_unsafe_increase = forms.FloatField(min_value=0)
-    max_latency_p95_increase = forms.FloatField(min_value=0)
+    max_new_unsafe_tasks = forms.IntegerField(min_value=0)
+    max_latency_increase = forms.FloatField(min_value=0)
+    latency_signal = forms.ChoiceField(choices=[(name, name) for name in LATENCY_SIGNALS])
     max_tokens_per_task = forms.FloatField(min_value=0, required=False)
     max_tokens_increase = forms.FloatField(min_value=0, required=False)
     max_regression_failures = forms.IntegerField(min_value=0)

@@ -1,4 +1,9 @@
-"""Reads of the registry: versions, lineage, the live pointer, history, gates, and failure rates per version."""
+"""Reads of the registry: versions, lineage, the live pointer, history, gates, and failure rates per version.
+
+The reads that find an agent, a version, a live pointer or a gate from what a request names take
+the viewer and find only those of agents they may see (`flywheel.core.selectors`); the others
+take an agent or version found that way.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db.models import Count, Q, QuerySet
 
 from flywheel.core.models import Agent, AuditEvent
+from flywheel.core.selectors import agents_filter, visible_agents
 from flywheel.ingest.models import Outcome, Trajectory
 from flywheel.registry import storage
 from flywheel.registry.models import Deployment, GatePolicy, GateResult, GateStatus, LivePointer, ModelVersion
@@ -20,30 +27,34 @@ TAG = re.compile(r"^(?P<agent>[-\w]+):v(?P<number>\d+)$")
 FINISHED_GATES = (GateStatus.PASSED, GateStatus.FAILED)
 
 
-def agent_list_with_versions() -> QuerySet[Agent]:
-    return Agent.objects.annotate(version_count=Count("model_versions")).select_related(
-        "live_pointer__version__agent"
-    ).order_by("name")
+def agent_list_with_versions(*, viewer: User) -> QuerySet[Agent]:
+    return (
+        visible_agents(viewer)
+        .annotate(version_count=Count("model_versions"))
+        .select_related("live_pointer__version__agent")
+        .order_by("name")
+    )
 
 
 def version_list(*, agent: Agent) -> QuerySet[ModelVersion]:
     return ModelVersion.objects.filter(agent=agent).select_related("agent", "parent__agent", "training_job")
 
 
-def version_get(*, agent_name: str, number: int) -> ModelVersion | None:
+def version_get(*, agent_name: str, number: int, viewer: User) -> ModelVersion | None:
     return (
-        ModelVersion.objects.select_related("agent", "parent__agent", "training_job")
+        ModelVersion.objects.filter(agents_filter(viewer))
+        .select_related("agent", "parent__agent", "training_job")
         .filter(agent__name=agent_name, number=number)
         .first()
     )
 
 
-def version_by_tag(*, tag: str) -> ModelVersion | None:
-    """The version a model version tag such as `support-bot:v3` names; None when it names none."""
+def version_by_tag(*, tag: str, viewer: User) -> ModelVersion | None:
+    """The version a model version tag such as `support-bot:v3` names; None when it names none (of `viewer`'s)."""
     match = TAG.match(tag.strip())
     if match is None:
         return None
-    return version_get(agent_name=match["agent"], number=int(match["number"]))
+    return version_get(agent_name=match["agent"], number=int(match["number"]), viewer=viewer)
 
 
 def lineage(*, version: ModelVersion) -> list[ModelVersion]:
@@ -62,9 +73,10 @@ def live_version(*, agent: Agent) -> ModelVersion | None:
     return pointer.version if pointer else None
 
 
-def live_pointer_for(*, agent_name: str) -> LivePointer | None:
+def live_pointer_for(*, agent_name: str, viewer: User) -> LivePointer | None:
     return (
-        LivePointer.objects.select_related("version__agent", "deployment", "agent")
+        LivePointer.objects.filter(agents_filter(viewer))
+        .select_related("version__agent", "deployment", "agent")
         .filter(agent__name=agent_name)
         .first()
     )
@@ -119,18 +131,19 @@ def gate_for_promotion(*, version: ModelVersion, baseline: ModelVersion | None) 
     )
 
 
-def gate_result_get(*, gate_id: Any) -> GateResult | None:
+def gate_result_get(*, gate_id: Any, viewer: User) -> GateResult | None:
     return (
-        GateResult.objects.select_related("job", "candidate__agent", "candidate__training_job", "baseline__agent")
+        GateResult.objects.filter(agents_filter(viewer, "candidate__agent"))
+        .select_related("job", "candidate__agent", "candidate__training_job", "baseline__agent")
         .filter(pk=gate_id)
         .first()
     )
 
 
 def gate_policy(*, agent: Agent) -> Policy:
-    """The agent's policy: its stored fields over trainer's defaults."""
+    """The agent's policy: its stored fields over trainer's defaults (a policy stored before a knob existed loads)."""
     stored = GatePolicy.objects.filter(agent=agent).values_list("policy", flat=True).first() or {}
-    return Policy(**stored)
+    return Policy.from_stored(stored)
 
 
 def adapter_folder(*, version: ModelVersion) -> Path:
@@ -159,8 +172,12 @@ def live_info(*, pointer: LivePointer) -> dict[str, Any]:
         "version": version.tag,
         "number": version.number,
         "base_model": version.base_model,
-        "adapter": {"location": str(adapter_location(version=version)), "sha256": version.adapter_sha256,
-                    "config_sha256": version.config_sha256, "lora_module": version.serve_name},  # fmt: skip
+        "adapter": {
+            "location": str(adapter_location(version=version)),
+            "sha256": version.adapter_sha256,
+            "config_sha256": version.config_sha256,
+            "lora_module": version.serve_name,
+        },  # fmt: skip
         "promoted_at": pointer.deployment.created_at.isoformat(),
         "deployment": {"id": str(pointer.deployment.pk), "action": pointer.deployment.action},
     }

@@ -232,7 +232,7 @@ def _gate_read(gate: GateResult, job: Job) -> None:
         return
     gate.decision = report.pop("decision")
     gate.report = {key: report.get(key) for key in ("candidate", "baseline", "tasks", "snapshot_sha256",
-                                                   "regression_sha256", "config")}  # fmt: skip
+                                                   "regression_sha256", "config", "measurement")}  # fmt: skip
     gate.status = GateStatus.PASSED if gate.decision.get("passed") else GateStatus.FAILED
 
 

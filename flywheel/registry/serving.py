@@ -6,7 +6,8 @@ Two ways to serve (settings, "Registry and serving"):
   (`ModelVersion.serve_name`); a `python -m trainer serve` with `SERVE_ADMIN_TOKEN` is switched
   to the live adapter through its `POST /admin/adapter` when the live version changes.
 - Otherwise this process starts its own `python -m trainer serve` (one per web process: the
-  demo's case; with several web workers run one server and set SERVE_URL) and switches it.
+  demo's case; with several web workers run one server and set SERVE_URL) and switches it; it
+  is (re)started at most once per SERVE_RESTART_MIN_SECONDS, whatever the requests ask.
 Before each request the live version is read from the database and compared with what the
 server reports, so a promote or rollback made through any web process takes effect on the next
 request. The adapter is verified against the registered hashes when it is handed to a server (a
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import queue
 import secrets
@@ -36,7 +38,11 @@ from flywheel.registry.models import ModelVersion
 
 
 class ServingUnavailable(Exception):
-    """No server answers for the live version; the message says why."""
+    """No server answers for the live version; the message says why, `retry_after` (s) when to ask again."""
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -91,13 +97,13 @@ class ManagedServer:
         self.url = ""
         self.base_model = ""
         self.sha256 = ""
+        self._next_start = 0.0  # time.monotonic() before which no new start is tried
 
     def ensure(self, target: Target) -> str:
         """The URL of a server that serves `target`, starting or switching the process as needed."""
         with self._lock:
             if self._process is None or self._process.poll() is not None or self.base_model != target.base_model:
-                self._stop()
-                self._start(target)
+                self._restart(target)
             elif self.sha256 != target.sha256:
                 self._switch(target)
             return self.url
@@ -105,6 +111,22 @@ class ManagedServer:
     def stop(self) -> None:
         with self._lock:
             self._stop()
+            self._next_start = 0.0
+
+    def _restart(self, target: Target) -> None:
+        """Start the child for `target`, at most once per SERVE_RESTART_MIN_SECONDS.
+
+        A server that fails to start or dies, or requests that alternate between base models, so
+        cost one model load per interval, not one per request; meanwhile callers are told when to retry.
+        """
+        wait = math.ceil(self._next_start - time.monotonic())
+        if wait > 0:
+            interval = settings.SERVE_RESTART_MIN_SECONDS
+            message = f"no new serving process for {target.tag} within {interval} s of the last; retry in {wait} s"
+            raise ServingUnavailable(message, retry_after=wait)
+        self._next_start = time.monotonic() + settings.SERVE_RESTART_MIN_SECONDS
+        self._stop()
+        self._start(target)
 
     def _start(self, target: Target) -> None:
         command = [*settings.SERVE_COMMAND, "--base-model", target.base_model, "--adapter", target.verified_adapter(),

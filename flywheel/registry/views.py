@@ -6,20 +6,23 @@ the forms carry the live version the page showed, so a stale page is refused, no
 
 from __future__ import annotations
 
-import json
+from functools import partial
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib import messages
 from django.forms import Form
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.access import AuthedRequest, permission_required, rate_limited
 from flywheel.core.charts import figure_html
+from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import agent_get, choices_limit
 from flywheel.registry import charts, selectors, services, serving, storage
 from flywheel.registry.forms import (
     GateLaunchForm,
@@ -38,12 +41,16 @@ def _form_errors(form: Form) -> str:
     return "; ".join(f"{name}: {' '.join(str(error) for error in errors)}" for name, errors in form.errors.items())
 
 
-def _agent(name: str) -> Agent:
-    return get_object_or_404(Agent, name=name)
+def _agent(request: AuthedRequest, name: str) -> Agent:
+    """The agent, if the user may see it; 404 alike for no such agent and another's."""
+    agent = agent_get(viewer=request.user, name=name)
+    if agent is None:
+        raise Http404(f"no agent {name}")
+    return agent
 
 
-def _version(agent_name: str, number: int) -> ModelVersion:
-    version = selectors.version_get(agent_name=agent_name, number=number)
+def _version(request: AuthedRequest, agent_name: str, number: int) -> ModelVersion:
+    version = selectors.version_get(agent_name=agent_name, number=number, viewer=request.user)
     if version is None:
         raise Http404(f"no version {agent_name}:v{number}")
     return version
@@ -51,12 +58,13 @@ def _version(agent_name: str, number: int) -> ModelVersion:
 
 @permission_required(Perm.VIEW)
 def version_list(request: AuthedRequest) -> HttpResponse:
-    return render(request, "registry/version_list.html", {"agents": selectors.agent_list_with_versions()})
+    agents = selectors.agent_list_with_versions(viewer=request.user)
+    return render(request, "registry/version_list.html", {"agents": agents})
 
 
 @permission_required(Perm.VIEW)
 def agent_versions(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    agent = _agent(agent_name)
+    agent = _agent(request, agent_name)
     live = selectors.live_version(agent=agent)
     failures = selectors.failures_by_version(agent=agent)
     context: dict[str, Any] = {
@@ -83,7 +91,7 @@ def _audit(request: AuthedRequest, agent: Agent) -> list[AuditEvent] | None:
 
 @permission_required(Perm.VIEW)
 def version_detail(request: AuthedRequest, agent_name: str, number: int) -> HttpResponse:
-    version = _version(agent_name, number)
+    version = _version(request, agent_name, number)
     live = selectors.live_version(agent=version.agent)
     gate = selectors.gate_for_promotion(version=version, baseline=live)
     context = {
@@ -93,7 +101,8 @@ def version_detail(request: AuthedRequest, agent_name: str, number: int) -> Http
         "location": selectors.adapter_location(version=version),
         "train_further_url": _train_further_url(version),
         "promote_form": PromoteForm(initial={"expected_live": expected_live_value(live)}),
-        "gate_form": GateLaunchForm(initial={"heldout_snapshot": _heldout_of(version)}),
+        "gate_form": choices_limit(GateLaunchForm(initial={"heldout_snapshot": _heldout_of(version)}),
+                                   viewer=request.user),
     }  # fmt: skip
     return render(request, "registry/version_detail.html", context)
 
@@ -115,7 +124,7 @@ def _heldout_of(version: ModelVersion) -> Any:
 
 @permission_required(Perm.VIEW)
 def version_download(request: AuthedRequest, agent_name: str, number: int) -> FileResponse:
-    version = _version(agent_name, number)
+    version = _version(request, agent_name, number)
     try:
         folder = selectors.adapter_folder(version=version)
     except storage.AdapterTampered as error:
@@ -128,7 +137,7 @@ def version_download(request: AuthedRequest, agent_name: str, number: int) -> Fi
 @permission_required(Perm.APPROVE_VERSIONS)
 @require_POST
 def version_promote(request: AuthedRequest, agent_name: str, number: int) -> HttpResponse:
-    version = _version(agent_name, number)
+    version = _version(request, agent_name, number)
     form = PromoteForm(request.POST)
     if not form.is_valid():
         messages.error(request, "The promote form was incomplete.")
@@ -148,7 +157,7 @@ def version_promote(request: AuthedRequest, agent_name: str, number: int) -> Htt
 @permission_required(Perm.APPROVE_VERSIONS)
 @require_POST
 def agent_rollback(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    agent = _agent(agent_name)
+    agent = _agent(request, agent_name)
     form = RollbackForm(request.POST, choices=ModelVersion.objects.filter(agent=agent))
     if not form.is_valid():
         messages.error(request, "A rollback needs the version to return to and a written reason.")
@@ -170,8 +179,8 @@ def agent_rollback(request: AuthedRequest, agent_name: str) -> HttpResponse:
 @permission_required(Perm.LAUNCH_JOBS)
 @require_POST
 def gate_launch(request: AuthedRequest, agent_name: str, number: int) -> HttpResponse:
-    version = _version(agent_name, number)
-    form = GateLaunchForm(request.POST)
+    version = _version(request, agent_name, number)
+    form = choices_limit(GateLaunchForm(request.POST), viewer=request.user)
     if not form.is_valid():
         messages.error(request, _form_errors(form))
         return redirect("registry:version_detail", agent_name=agent_name, number=number)
@@ -189,7 +198,7 @@ def gate_launch(request: AuthedRequest, agent_name: str, number: int) -> HttpRes
 @permission_required(Perm.MANAGE)
 @require_POST
 def gate_policy_update(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    agent = _agent(agent_name)
+    agent = _agent(request, agent_name)
     form = GatePolicyForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))
@@ -205,7 +214,7 @@ def gate_policy_update(request: AuthedRequest, agent_name: str) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def gate_detail(request: AuthedRequest, gate_id: UUID) -> HttpResponse:
-    gate = selectors.gate_result_get(gate_id=gate_id)
+    gate = selectors.gate_result_get(gate_id=gate_id, viewer=request.user)
     if gate is None:
         raise Http404("no such gate")
     comparison = selectors.comparison(gate=gate)
@@ -225,7 +234,7 @@ def gate_detail(request: AuthedRequest, gate_id: UUID) -> HttpResponse:
 @permission_required(Perm.VIEW, api=True)
 def api_live(request: AuthedRequest, agent_name: str) -> JsonResponse:
     """`GET /api/v1/agents/<agent>/live`: the live version, its base model, adapter location and sha256."""
-    pointer = selectors.live_pointer_for(agent_name=agent_name)
+    pointer = selectors.live_pointer_for(agent_name=agent_name, viewer=request.user)
     if pointer is None:
         return JsonResponse({"error": f"agent {agent_name!r} has no live version"}, status=404)
     return JsonResponse(selectors.live_info(pointer=pointer))
@@ -236,17 +245,20 @@ def _openai_error(status: int, message: str, kind: str = "invalid_request_error"
 
 
 @permission_required(Perm.VIEW, api=True)
+@rate_limited("chat", error=partial(_openai_error, kind="rate_limit_exceeded"))
 @require_POST
 def chat_completions(request: AuthedRequest) -> JsonResponse:
     """`POST /v1/chat/completions`: OpenAI's chat API; `model` names the agent, the live version answers."""
     try:
-        body = json.loads(request.body or b"{}")
-    except ValueError:
-        return _openai_error(400, "the body is not valid JSON")
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        body = json_object_from_body(request, max_bytes=settings.API_MAX_BODY_BYTES)
+    except JsonInputError as exc:
+        return _openai_error(exc.status, exc.message)
+    if not isinstance(body.get("model"), str):
         return _openai_error(400, "'model' must name the agent (or its live version tag, e.g. support-bot:v3)")
+    if not isinstance(body.get("messages"), list) or not all(isinstance(m, dict) for m in body["messages"]):
+        return _openai_error(400, "'messages' must be a list of message objects")
     agent_name, _, pinned = body["model"].partition(":")
-    pointer = selectors.live_pointer_for(agent_name=agent_name)
+    pointer = selectors.live_pointer_for(agent_name=agent_name, viewer=request.user)
     if pointer is None:
         return _openai_error(404, f"agent {agent_name!r} has no live version", "model_not_found")
     if pinned and body["model"] != pointer.version.tag:
@@ -256,5 +268,8 @@ def chat_completions(request: AuthedRequest) -> JsonResponse:
     except storage.AdapterTampered as error:
         return _openai_error(503, f"the live adapter failed verification: {error}", "adapter_invalid")
     except serving.ServingUnavailable as error:
-        return _openai_error(503, str(error), "serving_unavailable")
+        unavailable = _openai_error(503, str(error), "serving_unavailable")
+        if error.retry_after is not None:
+            unavailable["Retry-After"] = str(error.retry_after)
+        return unavailable
     return JsonResponse(answer, status=status)

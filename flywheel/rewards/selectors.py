@@ -4,6 +4,9 @@ Agreement is counted over marks (one per output and reviewer): the share of mark
 with the score. The outputs list puts disagreements first, then outputs nobody marked yet,
 then agreed ones, so a reviewer sees the doubtful scores first. A comparison pairs the rows of
 two runs of the same root by the output they share and shows what changed and why.
+
+Runs are read through `run_visible`: those whose snapshot's agent the viewer may see (runs on a
+snapshot of no agent: all-agents users only); the per-run reads take a run read that way.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from uuid import UUID
 from django.contrib.auth.models import User
 from django.db.models import Avg, Case, Count, IntegerField, Prefetch, Q, QuerySet, Value, When
 
+from flywheel.core.selectors import agents_filter
 from flywheel.rewards.models import Mark, MarkVerdict, ProfiledOutput, ProfileRun
 from flywheel.triage.models import AgentPolicy
 from trainer.verifiers.base import UNPARSEABLE_REASON
@@ -25,9 +29,19 @@ from trainer.verifiers.safety import SafetyPolicy
 UNCHANGED = 1e-9
 
 
-def run_list() -> QuerySet[ProfileRun]:
-    return ProfileRun.objects.select_related("snapshot", "created_by", "parent").annotate(
-        output_count=Count("outputs"), mean_reward=Avg("outputs__reward")
+def run_visible(*, viewer: User) -> QuerySet[ProfileRun]:
+    return ProfileRun.objects.filter(agents_filter(viewer, "snapshot__agent"))
+
+
+def run_get(*, run_id: UUID, viewer: User) -> ProfileRun | None:
+    return run_visible(viewer=viewer).select_related("snapshot", "parent", "created_by").filter(pk=run_id).first()
+
+
+def run_list(*, viewer: User) -> QuerySet[ProfileRun]:
+    return (
+        run_visible(viewer=viewer)
+        .select_related("snapshot", "created_by", "parent")
+        .annotate(output_count=Count("outputs"), mean_reward=Avg("outputs__reward"))
     )
 
 
@@ -161,7 +175,8 @@ def output_rows(*, run: ProfileRun, user: User) -> list[OutputRow]:
 
 def output_row(*, output_id: int, user: User) -> OutputRow:
     """One output as `output_rows` gives it, after a mark changed."""
-    return _row(_with_marks(ProfiledOutput.objects.select_related("task", "item", "run")).get(pk=output_id), user)
+    outputs = ProfiledOutput.objects.filter(agents_filter(user, "run__snapshot__agent"))
+    return _row(_with_marks(outputs.select_related("task", "item", "run")).get(pk=output_id), user)
 
 
 # --- comparison ----------------------------------------------------------------------------

@@ -20,8 +20,9 @@ from django.views.decorators.http import require_POST
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.charts import figure_html
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import choices_limit
 from flywheel.core.templatetags.flywheel import pretty_json
-from flywheel.datasets.models import TaskSetSnapshot
+from flywheel.datasets.selectors import snapshot_get
 from flywheel.rewards import charts, selectors, services
 from flywheel.rewards.forms import MarkForm, ProfileRunForm, ScoringForm
 from flywheel.rewards.models import OutputSource, ProfiledOutput, ProfileRun
@@ -38,12 +39,12 @@ def _lines(upload: UploadedFile | None) -> Iterator[str]:
 
 @permission_required(Perm.VIEW)
 def run_list(request: AuthedRequest) -> HttpResponse:
-    return render(request, "rewards/run_list.html", {"runs": selectors.run_list()[:RUNS_SHOWN]})
+    return render(request, "rewards/run_list.html", {"runs": selectors.run_list(viewer=request.user)[:RUNS_SHOWN]})
 
 
 def _new_initial(request: AuthedRequest) -> dict[str, object]:
     snapshot_id = _uuid_or_none(request.GET.get("snapshot", ""))
-    snapshot = TaskSetSnapshot.objects.filter(pk=snapshot_id).first() if snapshot_id else None
+    snapshot = snapshot_get(snapshot_id=snapshot_id, viewer=request.user) if snapshot_id else None
     policy = selectors.default_policy(agent_id=snapshot.agent_id if snapshot else None)
     return {"snapshot": snapshot, "policy": pretty_json(policy)}
 
@@ -51,6 +52,7 @@ def _new_initial(request: AuthedRequest) -> dict[str, object]:
 @permission_required(Perm.LAUNCH_JOBS)
 def run_new(request: AuthedRequest) -> HttpResponse:
     form = ProfileRunForm(request.POST or None, request.FILES or None, initial=_new_initial(request))
+    choices_limit(form, viewer=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         upload = data["outputs"] if data["source_kind"] == OutputSource.UPLOAD else None
@@ -68,13 +70,17 @@ def run_new(request: AuthedRequest) -> HttpResponse:
     return render(request, "rewards/run_new.html", {"form": form})
 
 
-def _run(run_id: UUID) -> ProfileRun:
-    return get_object_or_404(ProfileRun.objects.select_related("snapshot", "parent", "created_by"), pk=run_id)
+def _run(request: AuthedRequest, run_id: UUID) -> ProfileRun:
+    """The run, if its snapshot's agent is one the user may see; 404 alike for no such run and another's."""
+    run = selectors.run_get(run_id=run_id, viewer=request.user)
+    if run is None:
+        raise Http404("no such run")
+    return run
 
 
 @permission_required(Perm.VIEW)
 def run_detail(request: AuthedRequest, run_id: UUID) -> HttpResponse:
-    run = _run(run_id)
+    run = _run(request, run_id)
     profile = selectors.run_profile(run=run)
     context = {
         "run": run,
@@ -93,7 +99,7 @@ def run_detail(request: AuthedRequest, run_id: UUID) -> HttpResponse:
 @permission_required(Perm.LAUNCH_JOBS)
 @require_POST
 def output_mark(request: AuthedRequest, run_id: UUID, output_id: int) -> HttpResponse:
-    output = get_object_or_404(ProfiledOutput.objects.select_related("run"), pk=output_id, run_id=run_id)
+    output = get_object_or_404(ProfiledOutput.objects.select_related("run"), pk=output_id, run=_run(request, run_id))
     form = MarkForm(request.POST)
     if not form.is_valid():
         return HttpResponseBadRequest("a mark is agree or disagree, with an optional note")
@@ -112,7 +118,7 @@ def output_mark(request: AuthedRequest, run_id: UUID, output_id: int) -> HttpRes
 
 @permission_required(Perm.LAUNCH_JOBS)
 def run_reverify(request: AuthedRequest, run_id: UUID) -> HttpResponse:
-    run = _run(run_id)
+    run = _run(request, run_id)
     initial = {"verifier": run.verifier, "environment": run.environment, "policy": pretty_json(run.policy)}
     form = ScoringForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
@@ -129,9 +135,9 @@ def run_reverify(request: AuthedRequest, run_id: UUID) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def run_compare(request: AuthedRequest, run_id: UUID) -> HttpResponse:
-    other = _run(run_id)
+    other = _run(request, run_id)
     base_id = _uuid_or_none(request.GET["base"]) if request.GET.get("base") else other.parent_id
-    base = ProfileRun.objects.filter(pk=base_id).select_related("snapshot").first() if base_id else None
+    base = selectors.run_get(run_id=base_id, viewer=request.user) if base_id else None
     if base is None:
         raise Http404("no run to compare with: this run has no parent and ?base= names no run")
     try:

@@ -22,16 +22,21 @@ from flywheel.training.models import Job, JobKind
 DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     JobKind.EVAL: {"verifier": "tool_call", "backend": "transformers", "device": "cpu", "batch_size": 8,
                    "max_new_tokens": 96},
+    # Length limits left null: the trainer derives them from the train tasks and refuses limits that cut answers.
     JobKind.SFT: {"num_train_epochs": 2, "learning_rate": 2e-4, "lora_r": 16, "lora_alpha": 32,
-                  "lora_target_modules": "all-linear", "max_length": 512, "per_device_train_batch_size": 4,
+                  "lora_target_modules": "all-linear", "max_length": None, "per_device_train_batch_size": 4,
                   "eval_interval": 0},
-    JobKind.GRPO: {"num_generations": 8, "loss_type": "grpo", "importance_sampling_level": "token", "beta": 0.0,
-                   "learning_rate": 1e-5, "max_steps": 40, "max_completion_length": 64, "lora_r": 16,
-                   "lora_alpha": 32, "lora_target_modules": "all-linear", "eval_interval": 10,
-                   "verifier": "tool_call", "environment": None},
+    JobKind.GRPO: {"num_generations": 8, "loss_type": "dapo", "beta": 0.0, "learning_rate": 1e-5, "max_steps": 40,
+                   "max_completion_length": None, "dynamic_sampling_redraws": 4, "lora_r": 16, "lora_alpha": 32,
+                   "lora_target_modules": "all-linear", "eval_interval": 10, "verifier": "tool_call",
+                   "environment": None},
     JobKind.GATE: {"metric": "correct_arguments", "test": "bootstrap", "alpha": 0.05, "heldout_sample_size": 50,
-                   "regression_sample_size": 50, "verifier": "tool_call", "backend": "transformers",
+                   "regression_sample_size": None, "verifier": "tool_call", "backend": "transformers",
                    "device": "auto", "batch_size": 8, "max_new_tokens": 96},
+    # Keeps the train tasks solved 1 to 7 times of 8: GRPO groups on them do not tie.
+    JobKind.MINE: {"samples": 8, "min_solved": 1, "max_solved": None, "temperature": 1.0, "max_new_tokens": 256,
+                   "verifier": "tool_call", "environment": None, "backend": "transformers", "device": "auto",
+                   "batch_size": 4, "sample_size": None},
 }  # fmt: skip
 # The kinds that train, and so take a held-out snapshot to evaluate on as they go.
 HELDOUT_KINDS = (JobKind.SFT, JobKind.GRPO)
@@ -53,7 +58,8 @@ class JobLaunchForm(forms.Form):
     kind = forms.ChoiceField(choices=JobKind.choices, initial=JobKind.EVAL)
     snapshot = SnapshotChoiceField(
         queryset=TaskSetSnapshot.objects.all(),
-        help_text="Trained on (sft, grpo: a train snapshot) or evaluated (eval).",
+        help_text="Trained on (sft, grpo: a train snapshot), evaluated (eval) or mined for hard tasks (mine: a train "
+                  "snapshot).",
     )
     heldout_snapshot = SnapshotChoiceField(
         queryset=TaskSetSnapshot.objects.filter(split=Split.HELDOUT), required=False, label="Held-out snapshot",

@@ -1,4 +1,4 @@
-"""Jobs that run trainer (eval, sft, grpo, gate), what they report as they run, and evaluation results."""
+"""Jobs that run trainer (eval, sft, grpo, gate, mine), what they report as they run, and evaluation results."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ class JobKind(models.TextChoices):
     SFT = "sft", "SFT"
     GRPO = "grpo", "GRPO"
     GATE = "gate", "Gate"
+    MINE = "mine", "Hard-task mining"
 
 
 # The kinds that train an adapter (the trainer's list): they need a train snapshot, resume from an
@@ -23,7 +24,7 @@ TRAINING_KINDS = tuple(JobKind(kind) for kind in trainer_kinds.TRAINING_KINDS)
 
 
 class JobState(models.TextChoices):
-    QUEUED = "queued", "Queued"
+    QUEUED = "queued", "Queued, waiting for a worker"
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
@@ -49,6 +50,10 @@ class Job(UUIDModel, TimestampedModel):
         TaskSetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="regression_jobs",
         help_text="Regression tasks a gate must not break.",
     )  # fmt: skip
+    mined_snapshot = models.ForeignKey(
+        TaskSetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="mined_by_jobs",
+        help_text="A mine job's result: the train tasks it kept, frozen as a snapshot for GRPO.",
+    )  # fmt: skip
     base_model = models.CharField(max_length=500)
     adapter = models.CharField(max_length=500, blank=True)
     hyperparameters = models.JSONField(default=dict, blank=True)
@@ -57,6 +62,9 @@ class Job(UUIDModel, TimestampedModel):
     max_attempts = models.PositiveSmallIntegerField(default=3)
     cancel_requested = models.BooleanField(default=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its run message was last handed to the broker."
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=200, blank=True)

@@ -31,6 +31,7 @@ from flywheel.datasets.exports import snapshot_lines
 from flywheel.datasets.models import TaskSetSnapshot
 from flywheel.training import services
 from flywheel.training.models import TRAINING_KINDS, Job
+from flywheel.triage.selectors import agent_policy_json
 from trainer.contracts import PARENT_PID_ENV, ContractError, LogEvent, RunSpec, event_from_json
 from trainer.spec.adapters import CHECKPOINTS, last_checkpoint
 
@@ -52,6 +53,7 @@ def write_spec(job: Job, folder: Path) -> Path:
         ),
         output_dir=str(folder / "output"), adapter=job.adapter or None, seed=int(job.hyperparameters.get("seed", 0)),
         hyperparameters={key: value for key, value in job.hyperparameters.items() if key != "seed"},
+        safety_policy=agent_policy_json(job.agent_id),
     )  # fmt: skip
     if job.kind in TRAINING_KINDS and _carry_last_checkpoint(job, Path(spec.output_dir)):
         spec = dataclasses.replace(spec, hyperparameters={**spec.hyperparameters, "resume": True})

@@ -1,7 +1,10 @@
-"""Reads of the training app: job lists, a job's metric series, progress and flags, samples, evaluations.
+"""Reads of the training app: job lists, a job's metric series, progress and flags, samples, evaluations, mining.
 
 Metric series read the job's current attempt only: a retried attempt resumes from a checkpoint
 and re-emits the steps after it, so mixing attempts would draw two values per step.
+
+Jobs are read through `job_visible` (the agents the viewer may see; jobs of no agent for
+all-agents users); the per-job reads take a job read that way.
 """
 
 from __future__ import annotations
@@ -13,16 +16,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.db.models import F, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from flywheel.core.models import Agent
+from flywheel.core.selectors import agents_filter, visible_agents
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.training.models import EvalRun, Job, JobKind, JobState, MetricPoint, Sample
 from trainer.spec.kinds import config_class
+from trainer.spec.tasks import SKIPPED_TASKS, SkippedLine
 
 Series = dict[str, list[tuple[int, float]]]
 
@@ -31,7 +38,8 @@ FLAG_PREFIX = "flag:"
 _GENERATED = re.compile(r"^generated (\d+)/(\d+)$")
 # The rates trainer.evaluate reports, in the guide's order, with the label the pages show.
 EVAL_RATES: tuple[tuple[str, str], ...] = (
-    ("valid_json_rate", "Valid JSON"),
+    ("valid_json_rate", "Valid JSON"),  # every call written as well-formed JSON (trainer.evaluate)
+    ("parseable_rate", "Parseable call"),  # a call read in any syntax, JSON or Python
     ("correct_tool_rate", "Correct tool"),
     ("correct_arguments_rate", "Correct arguments"),
     ("execution_success_rate", "Execution success"),
@@ -46,14 +54,26 @@ EVAL_SCALARS: tuple[tuple[str, str], ...] = (
     ("prompt_tokens_per_task", "Prompt tokens per task"),
     ("completion_tokens_per_task", "Completion tokens per task"),
     ("cost_per_task", "Cost per task"),
+    ("turns_per_episode", "Turns per episode"),  # episodes only (max_turns above 1)
+    ("calls_per_episode", "Calls per episode"),
 )
+EVAL_EPISODE_RATES: tuple[tuple[str, str], ...] = (("truncation_rate", "Episodes cut by a budget"),)
 
 
 # --- Lists ------------------------------------------------------------------------------------
 
 
-def job_list(*, kind: str = "", state: str = "", agent: str = "", launched_by: str = "") -> QuerySet[Job]:
-    jobs = Job.objects.select_related("snapshot", "agent", "launched_by")
+def job_visible(*, viewer: User) -> QuerySet[Job]:
+    return Job.objects.filter(agents_filter(viewer))
+
+
+def job_get(*, job_id: UUID, viewer: User) -> Job | None:
+    related = ("snapshot", "heldout_snapshot", "launched_by", "agent", "mined_snapshot")
+    return job_visible(viewer=viewer).select_related(*related).filter(pk=job_id).first()
+
+
+def job_list(*, viewer: User, kind: str = "", state: str = "", agent: str = "", launched_by: str = "") -> QuerySet[Job]:
+    jobs = job_visible(viewer=viewer).select_related("snapshot", "agent", "launched_by")
     for field, value in (
         ("kind", kind),
         ("state", state),
@@ -71,10 +91,11 @@ class JobFilterOptions:
     launchers: list[str]
 
 
-def job_filter_options() -> JobFilterOptions:
-    """The agents and the people that have jobs, for the list's filter menus."""
-    agents = Agent.objects.filter(jobs__isnull=False).values_list("name", flat=True).distinct().order_by("name")
-    users = get_user_model().objects.filter(pk__in=Job.objects.values("launched_by"))
+def job_filter_options(*, viewer: User) -> JobFilterOptions:
+    """The agents and the people that have jobs `viewer` may see, for the list's filter menus."""
+    with_jobs = visible_agents(viewer).filter(jobs__isnull=False).order_by("name")
+    agents = with_jobs.values_list("name", flat=True).distinct()
+    users = get_user_model().objects.filter(pk__in=job_visible(viewer=viewer).values("launched_by"))
     return JobFilterOptions(agents=list(agents), launchers=list(users.values_list("username", flat=True)))
 
 
@@ -153,6 +174,9 @@ class Progress:
 def job_progress(*, job: Job) -> Progress:
     if job.kind == JobKind.EVAL:
         return _eval_progress(job)
+    if job.kind == JobKind.MINE:
+        # A mine job logs the same progress lines; each prompt is sampled k times.
+        return _eval_progress(job, unit="prompts")
     points = MetricPoint.objects.filter(job=job, attempt=job.attempts)
     first = points.order_by("step", "created_at").values_list("step", "created_at").first()
     # The time a step was first reported: later metrics of that step (held-out evals) come later.
@@ -197,7 +221,7 @@ def eta_seconds(*, first: tuple[int, datetime], last: tuple[int, datetime], tota
     return max(0.0, (total - last[0]) * seconds / steps)
 
 
-def _eval_progress(job: Job) -> Progress:
+def _eval_progress(job: Job, unit: str = "answers") -> Progress:
     done = total = None
     for line in reversed(job.log_tail.splitlines()):
         match = _GENERATED.match(line.strip())
@@ -209,7 +233,7 @@ def _eval_progress(job: Job) -> Progress:
         # Measured from the start, so the model's loading time slows the estimate: it errs long.
         elapsed = (timezone.now() - job.started_at).total_seconds()
         eta = max(0.0, (total - done) * elapsed / done)
-    return Progress(done=done, total=total, unit="answers", eta_seconds=eta)
+    return Progress(done=done, total=total, unit=unit, eta_seconds=eta)
 
 
 def _int_or_none(value: object) -> int | None:
@@ -245,6 +269,31 @@ def job_flags(*, job: Job) -> list[Flag]:
     for name in (metrics or {}).get("flags") or []:
         flags.setdefault(str(name), Flag(name=str(name), message="raised during the run (see the trainer's log)"))
     return list(flags.values())
+
+
+@dataclass(frozen=True)
+class SkippedTasks:
+    """Task lines the trainer could not read and skipped: how many, and the first few with their place and why."""
+
+    count: int
+    first: list[SkippedLine]
+
+    @property
+    def more(self) -> int:
+        return self.count - len(self.first)
+
+
+def job_skipped_tasks(*, job: Job) -> SkippedTasks | None:
+    """The done event's `skipped_tasks` (trainer.spec.tasks), or None when the job skipped no task line."""
+    metrics = job.result.get("metrics") if isinstance(job.result, dict) else None
+    entry = metrics.get(SKIPPED_TASKS) if isinstance(metrics, dict) else None
+    count = _int_or_none(entry.get("count")) if isinstance(entry, dict) else None
+    if not isinstance(entry, dict) or not count:
+        return None
+    first = [SkippedLine(file=str(item.get("file", "")), line=_int_or_none(item.get("line")) or 0,
+                         reason=str(item.get("reason", "")))
+             for item in entry.get("first") or [] if isinstance(item, dict)]  # fmt: skip
+    return SkippedTasks(count=count, first=first)
 
 
 # --- Samples ----------------------------------------------------------------------------------
@@ -331,13 +380,14 @@ def eval_report(*, run: EvalRun) -> EvalReport:
         BucketRates(bucket=name, tasks=int(values.get("tasks") or 0), rates=eval_rates(values))
         for name, values in sorted((run.per_bucket or {}).items())
     ]
-    return EvalReport(run=run, rates=eval_rates(metrics), scalars=scalars, buckets=buckets,
+    rates = eval_rates(metrics) + eval_rates(metrics, EVAL_EPISODE_RATES)
+    return EvalReport(run=run, rates=rates, scalars=scalars, buckets=buckets,
                       recommendation=run.recommendation or {})  # fmt: skip
 
 
-def eval_rates(metrics: Mapping[str, Any]) -> list[Rate]:
+def eval_rates(metrics: Mapping[str, Any], names: tuple[tuple[str, str], ...] = EVAL_RATES) -> list[Rate]:
     rates = []
-    for name, label in EVAL_RATES:
+    for name, label in names:
         entry = metrics.get(name)
         if not isinstance(entry, dict):
             continue
@@ -353,3 +403,53 @@ def eval_rates(metrics: Mapping[str, Any]) -> list[Rate]:
             )
         )
     return rates
+
+
+# --- Mining -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PassBin:
+    """The tasks solved `solved` times of k, and whether the job's bounds kept them."""
+
+    solved: int
+    tasks: int
+    kept: bool
+    percent: int  # of all mined tasks, for the bar's width
+
+
+@dataclass(frozen=True)
+class MineSummary:
+    samples: int
+    tasks: int
+    kept: int
+    all_solved: int
+    none_solved: int
+    mean_pass_rate: float | None
+    bins: list[PassBin]
+    snapshot: TaskSetSnapshot | None
+
+
+def mine_summary(*, job: Job) -> MineSummary | None:
+    """A succeeded mine job's counts and pass@k histogram (from its done event) and the snapshot it froze."""
+    metrics = job.result.get("metrics") if isinstance(job.result, dict) else None
+    if job.kind != JobKind.MINE or job.state != JobState.SUCCEEDED or not isinstance(metrics, dict):
+        return None
+    histogram = metrics.get("histogram")
+    if not isinstance(histogram, dict):
+        histogram = {}
+    tasks = _int_or_none(metrics.get("tasks")) or 0
+    low, high = _int_or_none(metrics.get("min_solved")), _int_or_none(metrics.get("max_solved"))
+    bins = [
+        PassBin(solved=solved, tasks=count, kept=low is not None and high is not None and low <= solved <= high,
+                percent=round(100 * count / tasks) if tasks else 0)
+        for solved, count in sorted((int(key), int(value)) for key, value in histogram.items())
+    ]  # fmt: skip
+    rate = metrics.get("mean_pass_rate")
+    return MineSummary(
+        samples=_int_or_none(metrics.get("samples")) or 0, tasks=tasks, kept=_int_or_none(metrics.get("kept")) or 0,
+        all_solved=_int_or_none(metrics.get("all_solved")) or 0,
+        none_solved=_int_or_none(metrics.get("none_solved")) or 0,
+        mean_pass_rate=float(rate) if isinstance(rate, int | float) else None, bins=bins,
+        snapshot=job.mined_snapshot,
+    )  # fmt: skip

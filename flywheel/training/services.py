@@ -1,26 +1,32 @@
-"""Writes of the training app: launch, claim, events, heartbeat, cancel, finish, reap.
+"""Writes of the training app: launch, claim, events, heartbeat, cancel, finish, reap; a mine job's snapshot.
 
 State changes are guarded updates (healthchecks' habit): a job is claimed only from `queued`, a
 redelivered message for a running or finished job claims nothing and does nothing, and the
 reaper requeues only jobs whose heartbeat went stale.
+
+Messages follow the outbox pattern: the row is committed first, then `job_dispatch` hands its
+message to the broker and marks it dispatched, logging (not raising) a refusal; `jobs_redispatch`
+re-sends queued jobs whose message was never sent or was sent long ago and never claimed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.datasets.services import snapshot_subset_create
 from flywheel.training.models import (
     FINISHED_STATES,
     TRAINING_KINDS,
@@ -32,12 +38,25 @@ from flywheel.training.models import (
     Sample,
 )
 from flywheel.training.signals import job_finished
-from trainer.contracts import CheckpointEvent, DoneEvent, ErrorEvent, JobEvent, LogEvent, MetricEvent, SampleEvent
+from trainer.contracts import (
+    CheckpointEvent,
+    ContractError,
+    DoneEvent,
+    ErrorEvent,
+    JobEvent,
+    LogEvent,
+    MetricEvent,
+    SampleEvent,
+    read_json_lines,
+)
+from trainer.environments import environment_names
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.kinds import config_class
 
+logger = logging.getLogger(__name__)
+
 # The kinds trainer runs today; gate arrives with the registry.
-RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE)
+RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE, JobKind.MINE)
 LOG_TAIL_LINES = 200
 
 
@@ -58,8 +77,6 @@ def job_launch(
     heldout_snapshot: TaskSetSnapshot | None = None,
     regression_snapshot: TaskSetSnapshot | None = None,
 ) -> Job:
-    from flywheel.training.tasks import run_job
-
     if kind not in RUNNABLE_KINDS:
         raise LaunchRefused(f"{kind!r} jobs cannot run; runnable kinds: {', '.join(RUNNABLE_KINDS)}")
     if not base_model.strip():
@@ -71,6 +88,8 @@ def job_launch(
     _check_hyperparameters(kind, hyperparameters or {})
     if kind in TRAINING_KINDS:
         _check_training_snapshots(snapshot, heldout_snapshot)
+    if kind == JobKind.MINE:
+        _check_mine_snapshots(snapshot, heldout_snapshot, regression_snapshot)
     job = Job(
         kind=kind, snapshot=snapshot, heldout_snapshot=heldout_snapshot, regression_snapshot=regression_snapshot,
         base_model=base_model.strip(), adapter=adapter.strip(), agent=agent,
@@ -80,8 +99,38 @@ def job_launch(
     job.full_clean()
     job.save()
     audit_record(actor=actor, action="job.launch", target=job, data={"kind": kind, "snapshot": snapshot.content_hash})
-    run_job.delay_on_commit(str(job.id))  # type: ignore[attr-defined]  # celery-types predates it
+    # Sent after the commit; a broker that cannot take it leaves the job queued for the sweeper, and no error.
+    transaction.on_commit(partial(job_dispatch, job_id=job.id), robust=True)
     return job
+
+
+def job_dispatch(*, job_id: Any) -> bool:
+    """Hand the job's message to the broker and mark it dispatched; False (logged) when the broker refused."""
+    from flywheel.training.tasks import run_job
+
+    try:
+        run_job.delay(str(job_id))
+    except Exception:  # any broker failure: the job waits, queued, for the sweeper
+        logger.warning("job %s stays queued: the broker did not take its message", job_id, exc_info=True)
+        return False
+    Job.objects.filter(pk=job_id).update(dispatched_at=timezone.now())
+    return True
+
+
+def jobs_redispatch(*, resend_after: timedelta | None = None, grace: timedelta | None = None) -> list[Any]:
+    """Re-send queued jobs whose message may be lost; the ids sent.
+
+    Never sent (a broker outage at launch or at the reaper's requeue) once `grace` has passed, or
+    sent longer than `resend_after` ago and still unclaimed. A duplicate is harmless: the claim
+    moves a job out of `queued` once.
+    """
+    now = timezone.now()
+    resend = now - (resend_after if resend_after is not None else timedelta(seconds=settings.DISPATCH_RESEND_SECONDS))
+    fresh = now - (grace if grace is not None else timedelta(seconds=settings.DISPATCH_GRACE_SECONDS))
+    waiting = Q(dispatched_at__isnull=True, updated_at__lt=fresh) | Q(dispatched_at__lt=resend)
+    queued = Job.objects.filter(waiting, state=JobState.QUEUED, cancel_requested=False).order_by("created_at")
+    ids = list(queued.values_list("pk", flat=True)[: settings.DISPATCH_SWEEP_LIMIT])
+    return [pk for pk in ids if job_dispatch(job_id=pk)]
 
 
 def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:
@@ -91,6 +140,15 @@ def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:
         config_from_json(config_class(kind), fields, f"{kind} hyperparameters")
     except SpecError as error:
         raise LaunchRefused(str(error)) from None
+    _check_environment(fields.get("environment"))
+
+
+def _check_environment(name: object) -> None:
+    # A team's environment runs its code on the workers: only the ones the operator listed.
+    if isinstance(name, str) and name not in environment_names() and name not in settings.TRAINER_ENVIRONMENTS:
+        listed = ", ".join([*environment_names(), *settings.TRAINER_ENVIRONMENTS])
+        raise LaunchRefused(f"environment {name!r} is not one this installation allows (TRAINER_ENVIRONMENTS); "
+                            f"allowed: {listed}")
 
 
 def _check_training_snapshots(snapshot: TaskSetSnapshot, heldout: TaskSetSnapshot | None) -> None:
@@ -101,6 +159,19 @@ def _check_training_snapshots(snapshot: TaskSetSnapshot, heldout: TaskSetSnapsho
         raise LaunchRefused(f"snapshot {snapshot.name!r} has no tasks")
     if heldout is not None and heldout.split != Split.HELDOUT:
         raise LaunchRefused(f"snapshot {heldout.name!r} is not a held-out snapshot")
+
+
+def _check_mine_snapshots(
+    snapshot: TaskSetSnapshot, heldout: TaskSetSnapshot | None, regression: TaskSetSnapshot | None
+) -> None:
+    # Mining reads train results only: a held-out task is never sampled, so it can never be chosen for training.
+    if snapshot.split != Split.TRAIN:
+        raise LaunchRefused(f"snapshot {snapshot.name!r} is a {snapshot.split} snapshot; mine a train snapshot "
+                            "(held-out tasks are never mined)")
+    if heldout is not None or regression is not None:
+        raise LaunchRefused("a mine job reads its train snapshot only: give no held-out or regression snapshot")
+    if snapshot.task_count == 0:
+        raise LaunchRefused(f"snapshot {snapshot.name!r} has no tasks")
 
 
 def job_claim(*, job_id: Any, worker: str) -> Job | None:
@@ -131,21 +202,39 @@ def job_heartbeat(*, job: Job) -> bool:
     return Job.objects.filter(pk=job.pk, cancel_requested=True).exists()
 
 
+_T = TypeVar("_T")
+
+
 def job_event_store(*, job: Job, event: JobEvent) -> None:
     if isinstance(event, MetricEvent):
         MetricPoint.objects.create(job=job, attempt=job.attempts, step=event.step, name=event.name, value=event.value)
     elif isinstance(event, SampleEvent):
         Sample.objects.create(
-            job=job, step=event.step, task_id=event.task_id[:255], prompt=event.prompt, completion=event.completion,
-            reward=event.reward, components=event.components,
+            job=job, step=event.step, task_id=storable(event.task_id)[:255], prompt=storable(event.prompt),
+            completion=storable(event.completion), reward=event.reward, components=storable(event.components),
         )  # fmt: skip
     elif isinstance(event, LogEvent | CheckpointEvent):
         line = event.message if isinstance(event, LogEvent) else f"checkpoint at step {event.step}: {event.path}"
-        _log_append(job, line)
+        _log_append(job, storable(line))
     elif isinstance(event, DoneEvent):
-        Job.objects.filter(pk=job.pk).update(result=event.to_json())
+        Job.objects.filter(pk=job.pk).update(result=storable(event.to_json()))
     elif isinstance(event, ErrorEvent):
-        Job.objects.filter(pk=job.pk).update(error=f"{event.kind}: {event.message}"[:5000])
+        Job.objects.filter(pk=job.pk).update(error=storable(f"{event.kind}: {event.message}")[:5000])
+
+
+def storable(value: _T) -> _T:
+    """`value` with every NUL character shown as U+FFFD: PostgreSQL stores no NUL in text or jsonb.
+
+    A model's sampled completion may hold one (a tiny or broken model decodes token 0 as NUL);
+    refusing the event would fail the whole attempt over what is only a display string.
+    """
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [storable(item) for item in value]  # type: ignore[return-value]
+    return value
 
 
 def _log_append(job: Job, line: str) -> None:
@@ -170,10 +259,12 @@ def job_finish(*, job: Job, exit_code: int | None, stderr_tail: str, cancelled: 
         job.error = job.error or f"trainer exited with code {exit_code} and no done event"
     job.exit_code, job.finished_at = exit_code, timezone.now()
     if stderr_tail:
-        job.log_tail = (job.log_tail + "\n--- stderr ---\n" + stderr_tail).strip()[-20000:]
+        job.log_tail = (job.log_tail + "\n--- stderr ---\n" + storable(stderr_tail)).strip()[-20000:]
     job.save()
     if job.state == JobState.SUCCEEDED and job.kind == JobKind.EVAL:
         _eval_run_store(job)
+    if job.state == JobState.SUCCEEDED and job.kind == JobKind.MINE:
+        job_mined_snapshot_create(job=job)
     audit_record(actor=None, action=f"job.{job.state}", target=job, data={"exit_code": exit_code})
     job_finished.send(sender=Job, job=job)
     return job
@@ -197,6 +288,41 @@ def _eval_run_store(job: Job) -> EvalRun:
 
 
 @transaction.atomic
+def job_mined_snapshot_create(*, job: Job) -> TaskSetSnapshot | None:
+    """Freeze the train tasks a succeeded mine job kept as a snapshot, once; None when it kept none.
+
+    The mined file lists the kept tasks by id; the snapshot holds the job's snapshot items with
+    those ids (`datasets.services.snapshot_subset_create`). A second call returns the first one's
+    snapshot. A mined file that cannot be read leaves the job succeeded, with the reason as its error.
+    """
+    locked = Job.objects.select_for_update(of=("self",)).select_related("snapshot", "mined_snapshot").get(pk=job.pk)
+    if locked.mined_snapshot is not None:
+        job.mined_snapshot = locked.mined_snapshot
+        return locked.mined_snapshot
+    try:
+        task_ids = _mined_task_ids(locked)
+    except (OSError, ContractError, KeyError, TypeError) as error:
+        Job.objects.filter(pk=job.pk).update(error=f"the mined tasks could not be frozen: {error}"[:5000])
+        return None
+    metrics = locked.result.get("metrics") or {}
+    selection = {"mined_by_job": str(locked.id), "model": locked.base_model, "adapter": locked.adapter or None,
+                 **{key: metrics.get(key) for key in ("samples", "min_solved", "max_solved")}}  # fmt: skip
+    snapshot = snapshot_subset_create(
+        actor=locked.launched_by, source=locked.snapshot, task_ids=task_ids, selection=selection,
+        name=f"{locked.snapshot.name}-mined-{str(locked.id)[:8]}",
+    )  # fmt: skip
+    if snapshot is not None:
+        Job.objects.filter(pk=job.pk).update(mined_snapshot=snapshot)
+        job.mined_snapshot = snapshot
+    return snapshot
+
+
+def _mined_task_ids(job: Job) -> list[str]:
+    path = (job.result.get("files") or {})["mined"]
+    return [str(line["id"]) for line in read_json_lines(path)]
+
+
+@transaction.atomic
 def job_cancel(*, actor: Actor, job: Job) -> Job:
     """Ask a job to stop: a queued one is cancelled at once, a running one by its worker (SIGTERM, then SIGKILL)."""
     job = Job.objects.select_for_update().get(pk=job.pk)
@@ -211,9 +337,11 @@ def job_cancel(*, actor: Actor, job: Job) -> Job:
 
 
 def jobs_reap(*, stale_after: timedelta | None = None) -> list[Job]:
-    """Requeue running jobs whose worker went silent (within their attempts), or fail them."""
-    from flywheel.training.tasks import run_job
+    """Requeue running jobs whose worker went silent (within their attempts), or fail them.
 
+    A requeued job is re-sent after the commit; when the broker refuses, it stays queued and
+    undispatched, and `jobs_redispatch` sends it later.
+    """
     if stale_after is None:
         stale_after = timedelta(seconds=settings.JOB_HEARTBEAT_STALE_SECONDS)
     limit = timezone.now() - stale_after
@@ -223,7 +351,7 @@ def jobs_reap(*, stale_after: timedelta | None = None) -> list[Job]:
         new_state = JobState.QUEUED if retry else (JobState.CANCELLED if job.cancel_requested else JobState.FAILED)
         updated = Job.objects.filter(pk=job.pk, state=JobState.RUNNING, heartbeat_at=job.heartbeat_at).update(
             state=new_state, error="" if retry else f"worker lost after {job.attempts} attempt(s)",
-            finished_at=None if retry else timezone.now(), updated_at=timezone.now(),
+            finished_at=None if retry else timezone.now(), updated_at=timezone.now(), dispatched_at=None,
         )  # fmt: skip
         if not updated:
             continue  # the job beat or finished meanwhile
@@ -231,6 +359,6 @@ def jobs_reap(*, stale_after: timedelta | None = None) -> list[Job]:
             actor=None, action="job.requeue" if retry else "job.lost", target=job, data={"attempts": job.attempts}
         )
         if retry:
-            transaction.on_commit(partial(run_job.delay, str(job.id)))
+            transaction.on_commit(partial(job_dispatch, job_id=job.id), robust=True)
         reaped.append(job)
     return reaped

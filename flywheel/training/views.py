@@ -8,20 +8,24 @@ re-renders the sample table for its filters.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
 
+from django.conf import settings
+from django.contrib.auth.models import User
 from django.http import Http404, HttpResponse, JsonResponse, QueryDict
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.charts import figure_json
+from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import choices_limit
 from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.datasets.selectors import snapshot_list
 from flywheel.training import charts, selectors, services
 from flywheel.training.forms import (
     DEFAULT_HYPERPARAMETERS,
@@ -45,14 +49,15 @@ SAMPLE_FILTERS = ("step", "min_reward", "max_reward", "component", "component_mi
 @permission_required(Perm.VIEW)
 def job_list(request: AuthedRequest) -> HttpResponse:
     filters = {key: request.GET.get(key, "") for key in ("kind", "state", "agent", "launched_by")}
-    context = {"jobs": selectors.job_list(**filters)[:200], "filters": filters, "kinds": JobKind.choices,
-               "states": JobState.choices, "options": selectors.job_filter_options()}  # fmt: skip
+    context = {"jobs": selectors.job_list(viewer=request.user, **filters)[:200], "filters": filters,
+               "kinds": JobKind.choices, "states": JobState.choices,
+               "options": selectors.job_filter_options(viewer=request.user)}  # fmt: skip
     return render(request, "training/job_list.html", context)
 
 
 @permission_required(Perm.VIEW)
 def job_compare(request: AuthedRequest) -> HttpResponse:
-    form = JobCompareForm(request.GET)
+    form = choices_limit(JobCompareForm(request.GET), viewer=request.user)
     jobs = list(form.cleaned_data["job"]) if form.is_valid() else []
     names = selectors.metric_names(jobs=jobs)
     metric = form.cleaned_data.get("metric") if form.is_valid() else ""
@@ -73,7 +78,7 @@ def _job_label(job: Job) -> str:
 
 @permission_required(Perm.LAUNCH_JOBS)
 def job_new(request: AuthedRequest) -> HttpResponse:
-    form = JobLaunchForm(request.POST or None, initial=launch_initial(request.GET))
+    form = choices_limit(JobLaunchForm(request.POST or None, initial=launch_initial(request.GET)), viewer=request.user)
     if request.method == "POST" and form.is_valid():
         try:
             job = services.job_launch(actor=request.user, **form.launch_arguments())
@@ -88,24 +93,37 @@ def job_new(request: AuthedRequest) -> HttpResponse:
 # --- The live job page ------------------------------------------------------------------------
 
 
-def _job(job_id: UUID) -> Job:
-    return get_object_or_404(Job.objects.select_related("snapshot", "heldout_snapshot", "launched_by", "agent"),
-                             pk=job_id)  # fmt: skip
+def _job(request: AuthedRequest, job_id: UUID) -> Job:
+    """The job, if it is of an agent the user may see; 404 alike for no such job and another agent's."""
+    job = selectors.job_get(job_id=job_id, viewer=request.user)
+    if job is None:
+        raise Http404("no such job")
+    return job
 
 
 def _live_context(job: Job) -> dict[str, object]:
     eval_run = selectors.eval_run_for(job=job) if job.state == JobState.SUCCEEDED else None
+    mining = selectors.mine_summary(job=job)
     return {
         "job": job,
         "progress": selectors.job_progress(job=job),
         "flags": selectors.job_flags(job=job),
+        "skipped_tasks": selectors.job_skipped_tasks(job=job),
         # Shown only where there are no charts; the charts' own poll reads the series.
         "metrics": selectors.latest_metrics(job=job) if job.kind == JobKind.EVAL else {},
         "eval_run": eval_run,
         "eval_report": selectors.eval_report(run=eval_run) if eval_run else None,
-        # Evaluations report once, at the end: their results page replaces training curves.
-        "has_charts": job.kind != JobKind.EVAL,
+        "mining": mining,
+        "mined_launch_url": _mined_launch_url(job, mining.snapshot) if mining and mining.snapshot else None,
+        # Evaluations and mining report once, at the end: their results replace training curves.
+        "has_charts": job.kind not in (JobKind.EVAL, JobKind.MINE),
     }
+
+
+def _mined_launch_url(job: Job, snapshot: TaskSetSnapshot) -> str:
+    """The launch form for GRPO on the tasks a mine job kept, from the model it mined with."""
+    return launch_url({"kind": JobKind.GRPO, "snapshot": snapshot.pk, "base_model": job.base_model,
+                       "adapter": job.adapter, "agent": job.agent_id or snapshot.agent_id})  # fmt: skip
 
 
 def _samples_context(job: Job, query: QueryDict) -> dict[str, object]:
@@ -121,7 +139,7 @@ def _samples_context(job: Job, query: QueryDict) -> dict[str, object]:
 
 @permission_required(Perm.VIEW)
 def job_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
-    job = _job(job_id)
+    job = _job(request, job_id)
     context = {**_live_context(job), **_samples_context(job, request.GET)}
     return render(request, "training/job_detail.html", context)
 
@@ -129,12 +147,12 @@ def job_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
 @permission_required(Perm.VIEW)
 def job_live(request: AuthedRequest, job_id: UUID) -> HttpResponse:
     # `oob`: the partial brings the log tail too, swapped out of band at the page's end.
-    return render(request, "training/_job_live.html", {**_live_context(_job(job_id)), "oob": True})
+    return render(request, "training/_job_live.html", {**_live_context(_job(request, job_id)), "oob": True})
 
 
 @permission_required(Perm.VIEW)
 def job_samples(request: AuthedRequest, job_id: UUID) -> HttpResponse:
-    job = _job(job_id)
+    job = _job(request, job_id)
     context = _samples_context(job, request.GET)
     response = render(request, "training/_job_samples.html", context)
     # The filters belong in the page's address (to share or reload), not the partial's.
@@ -146,7 +164,7 @@ def job_samples(request: AuthedRequest, job_id: UUID) -> HttpResponse:
 @permission_required(Perm.VIEW)
 def job_chart(request: AuthedRequest, job_id: UUID) -> JsonResponse:
     """The charts' figures, or `unchanged` when the caller's `?version=` still holds (points only get added)."""
-    job = get_object_or_404(Job, pk=job_id)
+    job = _job(request, job_id)
     version = selectors.metric_version(job=job)
     if request.GET.get("version") == version:
         return JsonResponse({"unchanged": True, "version": version, "finished": job.is_finished})
@@ -164,7 +182,7 @@ def job_chart(request: AuthedRequest, job_id: UUID) -> JsonResponse:
 @permission_required(Perm.LAUNCH_JOBS)
 @require_POST
 def job_cancel(request: AuthedRequest, job_id: UUID) -> HttpResponse:
-    services.job_cancel(actor=request.user, job=get_object_or_404(Job, pk=job_id))
+    services.job_cancel(actor=request.user, job=_job(request, job_id))
     return redirect("training:job_detail", job_id=job_id)
 
 
@@ -173,7 +191,7 @@ def job_cancel(request: AuthedRequest, job_id: UUID) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def eval_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
-    job = _job(job_id)
+    job = _job(request, job_id)
     run = selectors.eval_run_for(job=job)
     if run is None:
         raise Http404("this job has no evaluation results (yet)")
@@ -217,16 +235,16 @@ def api_jobs(request: AuthedRequest) -> JsonResponse:
     """Launch a job: {"kind", "snapshot" (id or content hash), "base_model", "adapter"?, "hyperparameters"?,
     "heldout_snapshot"? (id or content hash; sft and grpo evaluate on it as they train)}."""
     try:
-        body = json.loads(request.body or b"{}")
-    except ValueError:
-        return JsonResponse({"error": "the body is not valid JSON"}, status=400)
-    if not isinstance(body, dict):
-        return JsonResponse({"error": "the body must be a JSON object"}, status=400)
-    snapshot = _snapshot(body.get("snapshot"))
+        body = json_object_from_body(request, max_bytes=settings.API_MAX_BODY_BYTES)
+    except JsonInputError as exc:
+        return JsonResponse({"error": exc.message}, status=exc.status)
+    if problem := _job_body_problem(body):
+        return JsonResponse({"error": problem}, status=400)
+    snapshot = _snapshot(body.get("snapshot"), request.user)
     if snapshot is None:
         reference = body.get("snapshot")
         return JsonResponse({"error": f"no snapshot {reference!r} (give its id or content hash)"}, status=400)
-    heldout = _snapshot(body["heldout_snapshot"]) if body.get("heldout_snapshot") else None
+    heldout = _snapshot(body["heldout_snapshot"], request.user) if body.get("heldout_snapshot") else None
     if body.get("heldout_snapshot") and heldout is None:
         return JsonResponse({"error": f"no held-out snapshot {body['heldout_snapshot']!r}"}, status=400)
     try:
@@ -242,13 +260,28 @@ def api_jobs(request: AuthedRequest) -> JsonResponse:
     return JsonResponse(body, status=201)
 
 
-def _snapshot(reference: object) -> TaskSetSnapshot | None:
-    """A snapshot by content hash or id; anything else (a malformed id included) finds none."""
+JOB_BODY_TYPES: dict[str, tuple[type, ...]] = {
+    "kind": (str,), "base_model": (str,), "adapter": (str, type(None)), "snapshot": (str, type(None)),
+    "heldout_snapshot": (str, type(None)), "hyperparameters": (dict, type(None)),
+}  # fmt: skip
+
+
+def _job_body_problem(body: dict[str, Any]) -> str | None:
+    """The first field of a launch request with the wrong JSON type, named; None when all fit."""
+    for name, types in JOB_BODY_TYPES.items():
+        if name in body and not isinstance(body[name], types):
+            return f"'{name}' must be {'an object' if dict in types else 'a string'}, not {type(body[name]).__name__}"
+    return None
+
+
+def _snapshot(reference: object, viewer: User) -> TaskSetSnapshot | None:
+    """A snapshot of the viewer's agents by content hash or id; anything else (a malformed id included) finds none."""
     text = str(reference or "")
-    snapshot = TaskSetSnapshot.objects.filter(content_hash=text).first()
+    snapshots = snapshot_list(viewer=viewer)
+    snapshot = snapshots.filter(content_hash=text).first()
     if snapshot is None:
         try:
-            snapshot = TaskSetSnapshot.objects.filter(pk=UUID(text)).first()
+            snapshot = snapshots.filter(pk=UUID(text)).first()
         except ValueError:
             return None
     return snapshot

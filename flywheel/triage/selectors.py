@@ -2,6 +2,10 @@
 
 The trajectory filters are the ingest app's (`trajectory_queryset`) plus bucket, suggested
 bucket and review state. Writes, claims included, are in `services.py`.
+
+Every read takes the viewer: trajectories keep to the agents they may see, and a queue whose
+filter names an agent they may not see is not theirs to see (its contents would be empty and its
+name would tell of the agent). Queues are edited by their owner or an admin (`queue_may_edit`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,19 @@ from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import agents_filter, sees_all_agents, visible_agents
 from flywheel.ingest.models import Step, Trajectory
 from flywheel.ingest.selectors import Cursor, TrajectoryFilters, keyset_page, trajectory_queryset
-from flywheel.triage.models import Bucket, BucketAssignment, Queue, QueueItem, Review, ReviewState, Suggestion
+from flywheel.triage.models import (
+    AgentPolicy,
+    Bucket,
+    BucketAssignment,
+    Queue,
+    QueueItem,
+    Review,
+    ReviewState,
+    Suggestion,
+)
 from flywheel.triage.suggestions import NEEDS_REVIEW
 
 _DATE_FIELDS = ("since", "until")
@@ -61,8 +75,8 @@ class TriageFilters:
         )
 
 
-def triage_queryset(filters: TriageFilters) -> QuerySet[Trajectory]:
-    rows = trajectory_queryset(filters.base)
+def triage_queryset(filters: TriageFilters, *, viewer: User) -> QuerySet[Trajectory]:
+    rows = trajectory_queryset(filters.base, viewer=viewer)
     if filters.bucket:
         assigned = BucketAssignment.objects.filter(trajectory=OuterRef("pk"), bucket__slug=filters.bucket)
         rows = rows.filter(Exists(assigned))
@@ -81,11 +95,11 @@ def triage_queryset(filters: TriageFilters) -> QuerySet[Trajectory]:
 
 
 def triage_page(
-    *, filters: TriageFilters, after: Cursor | None, size: int = 50
+    *, filters: TriageFilters, viewer: User, after: Cursor | None, size: int = 50
 ) -> tuple[list[Trajectory], Cursor | None]:
     """One page of the triage list, newest first, with reviews, buckets and suggestions; keyset-paginated."""
     rows = (
-        triage_queryset(filters)
+        triage_queryset(filters, viewer=viewer)
         .select_related("review")
         .prefetch_related(
             Prefetch("bucket_assignments", queryset=BucketAssignment.objects.select_related("bucket")),
@@ -95,9 +109,15 @@ def triage_page(
     return keyset_page(rows, after=after, size=size)
 
 
-def triage_ids(filters: TriageFilters) -> list[UUID]:
+def triage_ids(filters: TriageFilters, *, viewer: User) -> list[UUID]:
     """Every trajectory the filters match: what a bulk action on "everything matching" applies to."""
-    return list(triage_queryset(filters).values_list("pk", flat=True))
+    return list(triage_queryset(filters, viewer=viewer).values_list("pk", flat=True))
+
+
+def trajectory_ids_visible(ids: list[UUID], *, viewer: User) -> list[UUID]:
+    """Those of `ids` that `viewer` may see: what a bulk action on picked rows applies to."""
+    rows = Trajectory.objects.filter(agents_filter(viewer), pk__in=ids)
+    return list(rows.values_list("pk", flat=True))
 
 
 def bucket_list() -> list[Bucket]:
@@ -117,20 +137,42 @@ def queue_filters(queue: Queue) -> TriageFilters:
     return TriageFilters.from_json(queue.filters)
 
 
-def queue_members(queue: Queue) -> QuerySet[Trajectory]:
-    """The trajectories its filter matches (an empty filter matches none) and those added by hand."""
+def queue_visible(*, viewer: User) -> QuerySet[Queue]:
+    """The queues `viewer` may see: those whose filter names no agent, or one of theirs."""
+    if sees_all_agents(viewer):
+        return Queue.objects.all()
+    names = list(visible_agents(viewer).values_list("name", flat=True))
+    return Queue.objects.filter(~Q(filters__has_key="agent") | Q(filters__agent__in=names))
+
+
+def queue_get(*, queue_id: int, viewer: User) -> Queue | None:
+    return queue_visible(viewer=viewer).prefetch_related("reviewers").filter(pk=queue_id).first()
+
+
+def queue_may_edit(queue: Queue, user: User) -> bool:
+    """Its owner or an admin changes a queue's filter, reviewers and hand-picked items; nobody else."""
+    if not user.has_perm(Perm.TRIAGE):
+        return False
+    return user.has_perm(Perm.MANAGE) or (queue.created_by_id is not None and queue.created_by_id == user.pk)
+
+
+def queue_members(queue: Queue, *, viewer: User) -> QuerySet[Trajectory]:
+    """The trajectories its filter matches (an empty filter matches none) and those added by hand,
+    of the agents `viewer` may see."""
     by_hand = Q(pk__in=QueueItem.objects.filter(queue=queue).values("trajectory_id"))
     filters = queue_filters(queue)
+    visible = Trajectory.objects.filter(agents_filter(viewer))
     if filters.is_empty():
-        return Trajectory.objects.filter(by_hand)
-    return Trajectory.objects.filter(Q(pk__in=triage_queryset(filters).values("pk")) | by_hand)
+        return visible.filter(by_hand)
+    return visible.filter(Q(pk__in=triage_queryset(filters, viewer=viewer).values("pk")) | by_hand)
 
 
-def queue_candidates(queue: Queue) -> QuerySet[Review]:
-    """Reviews a reviewer may be handed now: unreviewed members nobody holds, oldest first."""
+def queue_candidates(queue: Queue, *, viewer: User) -> QuerySet[Review]:
+    """Reviews `viewer` may be handed now: unreviewed members nobody holds, oldest first."""
     now = timezone.now()
+    members = queue_members(queue, viewer=viewer).values("pk")
     return (
-        Review.objects.filter(trajectory__in=queue_members(queue).values("pk"), state=ReviewState.UNREVIEWED)
+        Review.objects.filter(trajectory__in=members, state=ReviewState.UNREVIEWED)
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lte=now))
         .order_by("trajectory__ingested_at", "trajectory_id")
     )
@@ -140,7 +182,7 @@ def queue_held(queue: Queue, reviewer: User) -> Review | None:
     """The member this reviewer holds a live claim on, if any: "next" hands it back first."""
     return (
         Review.objects.filter(
-            trajectory__in=queue_members(queue).values("pk"),
+            trajectory__in=queue_members(queue, viewer=reviewer).values("pk"),
             state=ReviewState.UNREVIEWED,
             claimed_by=reviewer,
             claimed_until__gt=timezone.now(),
@@ -150,9 +192,10 @@ def queue_held(queue: Queue, reviewer: User) -> Review | None:
     )
 
 
-def queue_missing_reviews(queue: Queue, *, limit: int) -> list[UUID]:
+def queue_missing_reviews(queue: Queue, *, viewer: User, limit: int) -> list[UUID]:
     """Members without a review row yet (ingested before triage, or suggestions still queued)."""
-    return list(queue_members(queue).filter(review__isnull=True).values_list("pk", flat=True)[:limit])
+    missing = queue_members(queue, viewer=viewer).filter(review__isnull=True)
+    return list(missing.values_list("pk", flat=True)[:limit])
 
 
 def queue_may_review(queue: Queue, user: User) -> bool:
@@ -177,9 +220,9 @@ class QueueProgress:
         return round(100 * (self.reviewed + self.skipped) / self.total) if self.total else 0
 
 
-def queue_progress(queue: Queue) -> QueueProgress:
+def queue_progress(queue: Queue, *, viewer: User) -> QueueProgress:
     live_claim = Q(review__state=ReviewState.UNREVIEWED, review__claimed_until__gt=timezone.now())
-    counts = queue_members(queue).aggregate(
+    counts = queue_members(queue, viewer=viewer).aggregate(
         total=Count("pk"),
         reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
         skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
@@ -196,9 +239,9 @@ class ReviewerProgress:
     holding: int
 
 
-def queue_reviewer_progress(queue: Queue) -> list[ReviewerProgress]:
+def queue_reviewer_progress(queue: Queue, *, viewer: User) -> list[ReviewerProgress]:
     """Per reviewer: members reviewed and skipped, and claims held now; assigned reviewers always listed."""
-    reviews = Review.objects.filter(trajectory__in=queue_members(queue).values("pk"))
+    reviews = Review.objects.filter(trajectory__in=queue_members(queue, viewer=viewer).values("pk"))
     done: dict[str, tuple[int, int]] = {
         row["reviewer__username"]: (row["reviewed"], row["skipped"])
         for row in reviews.filter(reviewer__isnull=False)
@@ -218,15 +261,15 @@ def queue_reviewer_progress(queue: Queue) -> list[ReviewerProgress]:
     return [ReviewerProgress(name, *done.get(name, (0, 0)), held.get(name, 0)) for name in names]
 
 
-def queue_list() -> list[tuple[Queue, QueueProgress]]:
-    queues = Queue.objects.prefetch_related("reviewers")
-    return [(queue, queue_progress(queue)) for queue in queues]
+def queue_list(*, viewer: User) -> list[tuple[Queue, QueueProgress]]:
+    queues = queue_visible(viewer=viewer).prefetch_related("reviewers")
+    return [(queue, queue_progress(queue, viewer=viewer)) for queue in queues]
 
 
-def queue_recent_members(queue: Queue, *, limit: int = 50) -> list[Trajectory]:
+def queue_recent_members(queue: Queue, *, viewer: User, limit: int = 50) -> list[Trajectory]:
     """The members most recently reviewed or skipped, newest first, for the queue page."""
     return list(
-        queue_members(queue)
+        queue_members(queue, viewer=viewer)
         .exclude(review__state=ReviewState.UNREVIEWED)
         .filter(review__isnull=False)
         .select_related("agent", "review", "review__reviewer")
@@ -266,7 +309,7 @@ class ReviewPage:
         )
 
 
-def review_page(*, trajectory_id: UUID) -> ReviewPage | None:
+def review_page(*, trajectory_id: UUID, viewer: User) -> ReviewPage | None:
     """A trajectory with its steps, review, suggestions and bucket buttons.
 
     An unreviewed trajectory without buckets opens with its suggested buckets on (each at the
@@ -275,7 +318,8 @@ def review_page(*, trajectory_id: UUID) -> ReviewPage | None:
     """
     steps = Prefetch("steps", queryset=Step.objects.order_by("index"))
     trajectory = (
-        Trajectory.objects.select_related("agent", "review", "review__reviewer", "review__claimed_by")
+        Trajectory.objects.filter(agents_filter(viewer))
+        .select_related("agent", "review", "review__reviewer", "review__claimed_by")
         .prefetch_related(steps)
         .filter(pk=trajectory_id)
         .first()
@@ -318,11 +362,20 @@ class TriageCounts:
     queues: int
 
 
-def triage_counts() -> TriageCounts:
-    """Totals for the home page's triage tiles."""
-    failures = triage_queryset(TriageFilters(base=TrajectoryFilters(outcome="failure"), state=ReviewState.UNREVIEWED))
+def triage_counts(*, viewer: User) -> TriageCounts:
+    """Totals for the home page's triage tiles, of the agents `viewer` may see."""
+    unreviewed = TriageFilters(base=TrajectoryFilters(outcome="failure"), state=ReviewState.UNREVIEWED)
+    reviewed = Review.objects.filter(agents_filter(viewer, "trajectory__agent"), state=ReviewState.REVIEWED)
     return TriageCounts(
-        unreviewed_failures=failures.count(),
-        reviewed=Review.objects.filter(state=ReviewState.REVIEWED).count(),
-        queues=Queue.objects.count(),
+        unreviewed_failures=triage_queryset(unreviewed, viewer=viewer).count(),
+        reviewed=reviewed.count(),
+        queues=queue_visible(viewer=viewer).count(),
     )
+
+
+def agent_policy_json(agent_id: UUID | None) -> dict[str, Any] | None:
+    """The agent's safety policy as the trainer's JSON; None when it has none (jobs then use the default)."""
+    if agent_id is None:
+        return None
+    stored = AgentPolicy.objects.filter(agent_id=agent_id).values_list("policy", flat=True).first()
+    return dict(stored) if stored is not None else None

@@ -38,6 +38,7 @@ from flywheel.triage.models import (
     ReviewState,
     Suggestion,
 )
+from flywheel.triage.selectors import agent_policy_json
 from flywheel.triage.suggestions import StepFacts, TraceFacts, suggest
 from trainer.contracts import ContractError
 from trainer.verifiers.safety import SafetyPolicy
@@ -179,7 +180,7 @@ def _trace_facts(trajectory_ids: Sequence[UUID]) -> dict[UUID, TraceFacts]:
 
 
 def _policy_for(agent_id: UUID) -> SafetyPolicy:
-    stored = AgentPolicy.objects.filter(agent_id=agent_id).values_list("policy", flat=True).first()
+    stored = agent_policy_json(agent_id)
     return SafetyPolicy.from_json(stored) if stored is not None else SafetyPolicy.default()
 
 
@@ -280,11 +281,11 @@ def queue_next(*, queue: Queue, reviewer: User) -> Trajectory | None:
     held = selectors.queue_held(queue, reviewer)
     if held is not None:
         return held.trajectory
-    missing = selectors.queue_missing_reviews(queue, limit=CHUNK)
+    missing = selectors.queue_missing_reviews(queue, viewer=reviewer, limit=CHUNK)
     if missing:
         _reviews_ensure(missing)
     claim = _claim_skip_locked if connection.vendor == "postgresql" else _claim_conditional
-    review = claim(selectors.queue_candidates(queue), reviewer)
+    review = claim(selectors.queue_candidates(queue, viewer=reviewer), reviewer)
     return review.trajectory if review is not None else None
 
 

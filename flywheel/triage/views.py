@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -19,8 +19,9 @@ from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import agent_get, sees_all_agents
 from flywheel.ingest.models import Trajectory
-from flywheel.ingest.selectors import Cursor
+from flywheel.ingest.selectors import Cursor, trajectory_visible
 from flywheel.triage import selectors, services
 from flywheel.triage.forms import BulkForm, QueueForm, ReviewForm, TriageFilterForm
 from flywheel.triage.models import Queue
@@ -28,11 +29,15 @@ from flywheel.triage.models import Queue
 
 @permission_required(Perm.VIEW)
 def queue_list(request: AuthedRequest) -> HttpResponse:
-    return render(request, "triage/queue_list.html", {"queues": selectors.queue_list()})
+    return render(request, "triage/queue_list.html", {"queues": selectors.queue_list(viewer=request.user)})
 
 
 def _queue_form_page(request: AuthedRequest, form: QueueForm, queue: Queue | None) -> HttpResponse:
     """Create or update the queue the form holds; the form again with its errors when that fails."""
+    if request.method == "POST" and form.is_valid():
+        agent_name = form.triage_filters().base.agent
+        if agent_name and not sees_all_agents(request.user) and agent_get(viewer=request.user, name=agent_name) is None:
+            form.add_error(None, f"agent {agent_name!r}: not an agent you are a member of")
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         fields = {
@@ -56,21 +61,32 @@ def queue_new(request: AuthedRequest) -> HttpResponse:
     return _queue_form_page(request, QueueForm(request.POST or None, initial=request.GET.dict()), None)
 
 
+def _queue(request: AuthedRequest, queue_id: int) -> Queue:
+    """The queue, if the user may see it; 404 alike for no such queue and one of another agent."""
+    queue = selectors.queue_get(queue_id=queue_id, viewer=request.user)
+    if queue is None:
+        raise Http404("no such queue")
+    return queue
+
+
 @permission_required(Perm.TRIAGE)
 def queue_edit(request: AuthedRequest, queue_id: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=queue_id)
+    queue = _queue(request, queue_id)
+    if not selectors.queue_may_edit(queue, request.user):
+        raise PermissionDenied("only the queue's owner or an admin edits it")
     return _queue_form_page(request, QueueForm(request.POST or None, initial=QueueForm.initial_for(queue)), queue)
 
 
 @permission_required(Perm.VIEW)
 def queue_detail(request: AuthedRequest, queue_id: int) -> HttpResponse:
-    queue = get_object_or_404(Queue.objects.prefetch_related("reviewers"), pk=queue_id)
+    queue = _queue(request, queue_id)
     context = {
         "queue": queue,
-        "progress": selectors.queue_progress(queue),
-        "reviewers": selectors.queue_reviewer_progress(queue),
-        "recent": selectors.queue_recent_members(queue),
+        "progress": selectors.queue_progress(queue, viewer=request.user),
+        "reviewers": selectors.queue_reviewer_progress(queue, viewer=request.user),
+        "recent": selectors.queue_recent_members(queue, viewer=request.user),
         "may_review": selectors.queue_may_review(queue, request.user),
+        "may_edit": selectors.queue_may_edit(queue, request.user),
         "filters": selectors.queue_filters(queue).to_json(),
     }
     return render(request, "triage/queue_detail.html", context)
@@ -84,7 +100,7 @@ def _review_url(trajectory: Trajectory, queue: Queue | None) -> str:
 @permission_required(Perm.TRIAGE)
 @require_POST
 def queue_next(request: AuthedRequest, queue_id: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=queue_id)
+    queue = _queue(request, queue_id)
     trajectory = services.queue_next(queue=queue, reviewer=request.user)
     if trajectory is None:
         messages.info(request, f"Nothing left to review in {queue.name}.")
@@ -92,9 +108,9 @@ def queue_next(request: AuthedRequest, queue_id: int) -> HttpResponse:
     return HttpResponseRedirect(_review_url(trajectory, queue))
 
 
-def _queue_or_none(queue_id: object) -> Queue | None:
+def _queue_or_none(request: AuthedRequest, queue_id: object) -> Queue | None:
     try:
-        return Queue.objects.filter(pk=int(str(queue_id))).first() if queue_id else None
+        return selectors.queue_get(queue_id=int(str(queue_id)), viewer=request.user) if queue_id else None
     except ValueError:
         return None
 
@@ -102,13 +118,13 @@ def _queue_or_none(queue_id: object) -> Queue | None:
 def _review_context(
     request: AuthedRequest, trajectory_id: UUID, queue: Queue | None, *, previous: Trajectory | None = None
 ) -> dict[str, object]:
-    page = selectors.review_page(trajectory_id=trajectory_id)
+    page = selectors.review_page(trajectory_id=trajectory_id, viewer=request.user)
     if page is None:
         raise Http404("no such trajectory")
     return {
         "page": page,
         "queue": queue,
-        "progress": selectors.queue_progress(queue) if queue else None,
+        "progress": selectors.queue_progress(queue, viewer=request.user) if queue else None,
         "can_edit": request.user.has_perm(Perm.TRIAGE),
         "previous": previous,
     }
@@ -116,15 +132,15 @@ def _review_context(
 
 @permission_required(Perm.VIEW)
 def review(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
-    queue = _queue_or_none(request.GET.get("queue"))
-    previous = _trajectory_or_none(request.GET.get("previous"))
+    queue = _queue_or_none(request, request.GET.get("queue"))
+    previous = _trajectory_or_none(request, request.GET.get("previous"))
     context = _review_context(request, trajectory_id, queue, previous=previous)
     return render(request, "triage/review.html", context)
 
 
-def _trajectory_or_none(value: object) -> Trajectory | None:
+def _trajectory_or_none(request: AuthedRequest, value: object) -> Trajectory | None:
     try:
-        return Trajectory.objects.filter(pk=UUID(str(value))).first() if value else None
+        return trajectory_visible(viewer=request.user).filter(pk=UUID(str(value))).first() if value else None
     except ValueError:
         return None
 
@@ -133,11 +149,11 @@ def _trajectory_or_none(value: object) -> Trajectory | None:
 @require_POST
 def review_save(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
     """Save (or skip) a trajectory, then show the queue's next item, or this one again outside a queue."""
-    trajectory = get_object_or_404(Trajectory, pk=trajectory_id)
+    trajectory = get_object_or_404(trajectory_visible(viewer=request.user), pk=trajectory_id)
     form = ReviewForm(request.POST, buckets=selectors.bucket_list())
     if not form.is_valid():
         return HttpResponse(f"Not saved: {form.errors.as_text()}", status=400, content_type="text/plain")
-    queue = _queue_or_none(form.cleaned_data["queue"])
+    queue = _queue_or_none(request, form.cleaned_data["queue"])
     try:
         if form.cleaned_data["action"] == "skip":
             services.review_skip(actor=request.user, trajectory=trajectory)
@@ -155,7 +171,7 @@ def _after_save(
     request: AuthedRequest, following: Trajectory | None, queue: Queue | None, *, saved: Trajectory
 ) -> HttpResponse:
     if following is None and queue is not None:
-        done = {"queue": queue, "progress": selectors.queue_progress(queue), "previous": saved}
+        done = {"queue": queue, "progress": selectors.queue_progress(queue, viewer=request.user), "previous": saved}
         if request.headers.get("HX-Request"):
             response = render(request, "triage/_queue_done.html", done)
             response["HX-Push-Url"] = reverse("triage:queue_detail", kwargs={"queue_id": queue.pk})
@@ -175,7 +191,7 @@ def _after_save(
 def _list_context(request: AuthedRequest) -> dict[str, object]:
     form = TriageFilterForm(request.GET)
     after = Cursor.decode(request.GET.get("after", ""))
-    rows, next_cursor = selectors.triage_page(filters=form.triage_filters(), after=after)
+    rows, next_cursor = selectors.triage_page(filters=form.triage_filters(), viewer=request.user, after=after)
     query = request.GET.copy()
     query.pop("after", None)
     return {
@@ -185,7 +201,7 @@ def _list_context(request: AuthedRequest) -> dict[str, object]:
         "next_query": f"{query.urlencode()}&after={next_cursor.encode()}" if next_cursor else None,
         "first_query": query.urlencode() if after else None,
         "buckets": selectors.bucket_list(),
-        "queues": Queue.objects.all(),
+        "queues": selectors.queue_visible(viewer=request.user),
     }
 
 
@@ -199,6 +215,7 @@ def trajectory_list(request: AuthedRequest) -> HttpResponse:
 def bulk(request: AuthedRequest) -> HttpResponse:
     """Apply a bulk action, then return to the list with the same filter."""
     form = BulkForm(request.POST)
+    form.fields["target_queue"].queryset = selectors.queue_visible(viewer=request.user)  # type: ignore[attr-defined]
     back = f"{reverse('triage:trajectory_list')}?{request.POST.get('query', '')}"
     if not form.is_valid():
         for errors in form.errors.values():
@@ -206,9 +223,10 @@ def bulk(request: AuthedRequest) -> HttpResponse:
         return HttpResponseRedirect(back)
     data = form.cleaned_data
     if data["scope"] == "all":
-        ids = selectors.triage_ids(TriageFilterForm(QueryDict(request.POST.get("query", ""))).triage_filters())
+        filters = TriageFilterForm(QueryDict(request.POST.get("query", ""))).triage_filters()
+        ids = selectors.triage_ids(filters, viewer=request.user)
     else:
-        ids = data["ids"]
+        ids = selectors.trajectory_ids_visible(data["ids"], viewer=request.user)
     messages.success(request, _bulk_apply(request, data, ids))
     return HttpResponseRedirect(back)
 
@@ -221,6 +239,8 @@ def _bulk_apply(request: AuthedRequest, data: dict[str, Any], ids: list[UUID]) -
         return f"{bucket} set on {changed} of {len(ids)} trajectories."
     if action == "add_to_queue":
         queue = data["target_queue"]
+        if not selectors.queue_may_edit(queue, request.user):
+            raise PermissionDenied("only the queue's owner or an admin adds to it")
         changed = services.queue_items_add(actor=request.user, queue=queue, trajectory_ids=ids)
         return f"{changed} of {len(ids)} trajectories added to {queue}."
     changed = services.review_bulk_mark_reviewed(actor=request.user, trajectory_ids=ids)

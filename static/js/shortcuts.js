@@ -13,12 +13,28 @@ window.flywheelShortcuts = function ({ active, action, onTypingKey, onKey }) {
     return element.tagName === "INPUT" && TEXT_INPUTS.includes(element.type);
   }
 
+  // showModal focuses the dialog's Close button; after close() the browser moves focus off that
+  // hidden button only at its next focus fixup, and an Enter typed before then lands on the
+  // button (which keeps Enter for itself) instead of the page. Hand focus back to the page at once.
+  function releaseFocus(help) {
+    if (help.contains(document.activeElement)) document.activeElement.blur();
+  }
+
   function toggleHelp() {
     const help = document.getElementById("shortcut-help");
     if (!help) return;
-    if (help.open) help.close();
-    else help.showModal();
+    if (help.open) {
+      help.close();
+      releaseFocus(help);
+    } else {
+      help.showModal();
+    }
   }
+
+  // Escape and the Close button close the dialog without toggleHelp; "close" does not bubble.
+  document.addEventListener("close", (event) => {
+    if (event.target.id === "shortcut-help") releaseFocus(event.target);
+  }, true);
 
   document.addEventListener("keydown", (event) => {
     if (!active()) return;

@@ -52,7 +52,8 @@ pytestmark = [
 ]
 AGENT = "support-bot"
 TINY_GRPO = {"max_steps": 2, "num_generations": 2, "max_completion_length": 16, "learning_rate": 1e-3,
-             "eval_interval": 0, "checkpoint_interval": 0, "device": "cpu"}  # fmt: skip
+             "eval_interval": 0, "checkpoint_interval": 0, "eval_max_new_tokens": 16, "max_truncated_share": 1.0,
+             "device": "cpu"}  # fmt: skip
 TINY_EVAL = {"verifier": "tool_call", "batch_size": 4, "max_new_tokens": 16, "device": "cpu"}
 TINY_GATE = {"device": "cpu", "batch_size": 4, "max_new_tokens": 16}
 DOWNLOADS = {"registry:version_download", "datasets:snapshot_export"}  # attachments: fetched, not shown

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.tiny_model import REPO_ROOT, TINY_SPEC, tiny_model, write_spec
+from tests.trainer.tiny_model import REPO_ROOT, TINY_SPEC, TINY_TASKS, tiny_model, write_spec
 from trainer.adapters import save_adapter
 from trainer.evaluate import run_eval
 from trainer.jobs import EXIT_FAILED, EXIT_STOPPED, run_job
 from trainer.spec.adapters import WEIGHTS_FILE
+from trainer.verifiers import SafetyPolicy
 
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -146,3 +147,71 @@ def test_eval_help_lists_every_hyperparameter(capsys):
         main(["eval", "--help"])
     shown = capsys.readouterr().out
     assert all(f"  {name}: " in shown for name in EvalConfig.__dataclass_fields__)
+
+
+def test_the_eval_judges_by_the_policy_the_spec_carries(tmp_path, capfd):
+    policy = {**SafetyPolicy.default().to_json(), "name": "agent-policy", "denied_tools": ["math.factorial"]}
+    code, events = run_in_process(write_spec(tmp_path / "run.json", safety_policy=policy), capfd)
+    assert code == 0
+    report = json.loads(Path(events[-1]["files"]["metrics"]).read_text())
+    assert report["safety_policy"]["name"] == "agent-policy"
+    assert report["safety_policy"]["denied_tools"] == ["math.factorial"]
+
+
+def test_a_malformed_policy_in_the_spec_is_an_error_event(tmp_path, capfd):
+    code, events = run_in_process(write_spec(tmp_path / "run.json", safety_policy={"denied_tools": 3}), capfd)
+    assert code == EXIT_FAILED and events[-1]["kind"] == "bad_spec"
+    assert "the spec's safety policy" in events[-1]["message"]
+
+
+# A line `tasks from-bfcl` once wrote for live_simple_106-63-0 (no accepted value for an argument), and a torn one.
+BAD_TASK_LINES = [
+    json.dumps({"id": "live_simple_106-63-0", "messages": [], "tools": [],
+                "expected_calls": [{"name": "record", "arguments": {"bank_hours_start": []}}]}),
+    '{"id": "torn", "messages": [',
+]
+
+
+def tasks_with_bad_lines(tmp_path: Path) -> Path:
+    lines = TINY_TASKS.read_text().splitlines()
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join([lines[0], BAD_TASK_LINES[0], *lines[1:], BAD_TASK_LINES[1]]) + "\n")
+    return path
+
+
+def test_an_eval_skips_bad_task_lines_and_reports_them(tmp_path, capfd):
+    tasks = tasks_with_bad_lines(tmp_path)
+    code, events = run_in_process(write_spec(tmp_path / "run.json", task_paths=[str(tasks)]), capfd)
+    assert code == 0
+    warnings = [e["message"] for e in events if e["event"] == "log" and e["level"] == "warning"]
+    assert any(m.startswith("skipped 2 bad task line(s)") and "tasks.jsonl:2: expected call record" in m
+               for m in warnings)
+    done = events[-1]
+    assert done["event"] == "done" and done["metrics"]["tasks"] == 5
+    skipped = done["metrics"]["skipped_tasks"]
+    assert skipped["count"] == 2 and [(s["file"], s["line"]) for s in skipped["first"]] == [("tasks.jsonl", 2),
+                                                                                           ("tasks.jsonl", 7)]
+    assert len(json.loads(Path(done["files"]["metrics"]).read_text())["skipped_tasks"]) == 2
+
+
+def test_in_strict_mode_a_bad_task_line_fails_the_eval(tmp_path, capfd):
+    tasks = tasks_with_bad_lines(tmp_path)
+    spec = write_spec(tmp_path / "run.json", task_paths=[str(tasks)], hyperparameters={"strict_tasks": True})
+    code, events = run_in_process(spec, capfd)
+    assert code == EXIT_FAILED and events[-1]["kind"] == "bad_spec"
+    assert "tasks.jsonl:2: expected call record: argument 'bank_hours_start'" in events[-1]["message"]
+
+
+def test_an_eval_with_max_turns_plays_episodes_and_reports_their_turns(tmp_path, capfd):
+    spec = write_spec(tmp_path / "run.json", hyperparameters={"environment": "workbench", "max_turns": 2,
+                                                              "max_new_tokens": 16})  # fmt: skip
+    code, events = run_in_process(spec, capfd)
+    assert code == 0, events[-1]
+    done = events[-1]
+    results = [json.loads(line) for line in Path(done["results"]).read_text().splitlines()]
+    assert all(1 <= result["turns"] <= 2 and result["ended"] for result in results)
+    assert all(result["episode"][0]["role"] == "assistant" for result in results)
+    assert done["metrics"]["turns_per_episode"] == sum(r["turns"] for r in results) / len(results)
+    assert "episodes of at most 2 turns and 32 generated tokens in workbench" in [
+        e["message"] for e in events if e["event"] == "log"
+    ]

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -8,6 +10,7 @@ from tests.conftest import REPO_ROOT
 from tests.trainer.tiny_model import tiny_tasks
 from trainer.contracts import ExpectedCall, Task, TaskMetadata
 from trainer.evaluate import Evaluation, Prices, evaluate_tasks, judge, metrics_report, summarize
+from trainer.parsing import parse_tool_calls
 from trainer.rollout import Generation
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.eval import EvalConfig, SamplingConfig
@@ -61,6 +64,43 @@ def test_a_wrong_tool_or_an_extra_call_is_not_the_correct_tool():
     assert not judge(task(), call("get_time", city="Paris"), POLICY).correct_tool
     both = call("get_weather", city="Paris") + "\n" + call("get_weather", city="Rome")
     assert not judge(task(), both, POLICY).correct_tool
+
+
+# Valid JSON: the calls are written as JSON and every call block is well-formed; parseable: any call the
+# parser (and so the verifiers) can read, JSON or Python syntax.
+
+
+def test_a_plain_json_call_is_valid_json_and_parseable():
+    judged = judge(task(), call("get_weather", city="Paris"), POLICY)
+    assert (judged.valid_json, judged.parseable, judged.correct_arguments) == (True, True, True)
+
+
+def test_a_fenced_call_is_valid_json_only_when_the_fence_holds_json():
+    fenced_json = judge(task(), "```json\n" + call("get_weather", city="Paris") + "\n```", POLICY)
+    assert (fenced_json.valid_json, fenced_json.parseable, fenced_json.correct_arguments) == (True, True, True)
+    fenced_python = judge(task(), '```python\nget_weather(city="Paris")\n```', POLICY)
+    assert (fenced_python.valid_json, fenced_python.parseable, fenced_python.correct_arguments) == (False, True, True)
+
+
+def test_a_python_syntax_call_is_parseable_and_correct_but_not_valid_json():
+    judged = judge(task(), 'get_weather(city="Paris")', POLICY)
+    assert (judged.valid_json, judged.parseable, judged.correct_arguments) == (False, True, True)
+    assert judged.calls is not None and judged.calls[0].arguments == {"city": "Paris"}
+
+
+def test_one_malformed_call_among_several_makes_the_answer_invalid_json():
+    cut = call("get_weather", city="Rome")[:-3]
+    lines = judge(task(), call("get_weather", city="Paris") + "\n" + cut, POLICY)
+    assert (lines.valid_json, lines.parseable) == (False, True)  # the readable call is still judged
+    tags = judge(task(), f"<tool_call>{call('get_weather', city='Paris')}</tool_call>\n<tool_call>{cut}</tool_call>",
+                 POLICY)
+    assert (tags.valid_json, tags.parseable, tags.correct_tool) == (False, False, False)
+
+
+def test_the_summary_reports_the_parseable_rate_beside_the_valid_json_rate():
+    answers = [call("get_weather", city="Paris"), 'get_weather(city="Rome")', "no idea", call("get_weather", city="x")]
+    summary = summarize(evaluate_tasks(FOUR_TASKS, evaluation(answers), SamplingConfig()), resamples=200)
+    assert (summary["valid_json_rate"]["value"], summary["parseable_rate"]["value"]) == (0.5, 0.75)
 
 
 def test_prose_is_not_valid_json():
@@ -166,8 +206,9 @@ def test_execution_success_is_not_applicable_without_an_environment():
 
 def test_execution_success_comes_from_the_environment_when_there_is_one():
     class CityEnvironment:
-        def execute(self, task, calls):
-            return any(call.arguments.get("city", "").lower() == "paris" for call in calls)
+        def run_output(self, task, output):
+            calls = parse_tool_calls(output).calls or []
+            return SimpleNamespace(execution_success=any(c.arguments.get("city", "").lower() == "paris" for c in calls))
 
     results = evaluate_tasks(FOUR_TASKS, evaluation(FOUR_ANSWERS, CityEnvironment()), SamplingConfig())
     assert [result.execution_success for result in results] == [True, False, False, True]
@@ -247,6 +288,82 @@ def test_the_workbench_sandbox_gives_execution_success_in_an_eval():
     assert [result.execution_success for result in results] == [True, False]
 
 
+def test_an_unreadable_answer_never_succeeds_even_where_the_expected_state_is_unchanged():
+    from flywheel.datasets.importers import read
+    from trainer.evaluate import execution_environment
+
+    csv = REPO_ROOT.parent / "shared" / "external" / "workbench" / "processed" / "queries_and_answers"
+    unchanged = dataclasses.replace(next(read(csv / "calendar_queries_and_answers.csv", "workbench")).task,
+                                    expected_calls=[], no_call_expected=True)
+    cut = '{"name": "calendar.create_event", "arguments": {"event_name": "Sync'  # a call cut by the token limit
+    sandbox = execution_environment("workbench", POLICY)
+    results = evaluate_tasks([unchanged, unchanged], evaluation([cut, "Nothing to do."], sandbox), SamplingConfig())
+    assert [result.execution_success for result in results] == [False, True]
+
+
 def test_only_an_environment_with_an_end_state_can_measure_execution_success():
     with pytest.raises(ValueError, match="environment must be one of workbench"):
         EvalConfig(environment="single_step")
+
+
+def test_a_rate_of_zero_gets_a_wilson_interval_not_a_zero_wide_one():
+    results = evaluate_tasks(FOUR_TASKS, evaluation(["no idea"] * 4), SamplingConfig())
+    entry = summarize(results)["correct_arguments_rate"]
+    assert (entry["value"], entry["low"], entry["n"]) == (0.0, 0.0, 4)
+    assert entry["high"] == pytest.approx(0.4899, abs=1e-4)  # Wilson 95% for 0 of 4
+
+
+class CalendarAgent:
+    """A scripted agent that reads the conversation: it searches the day, then deletes the earliest event it saw."""
+
+    name = "scripted"
+
+    def generate(self, prompts, sampling, hooks=None):
+        return [[self._answer(json.loads(prompt))] for prompt in prompts]
+
+    def _answer(self, messages):
+        last = messages[-1]
+        if last["role"] == "user":
+            text = ('<tool_call>{"name": "calendar_search_events", "arguments": {"time_min": "2023-12-13 00:00:00",'
+                    ' "time_max": "2023-12-13 23:59:59"}}</tool_call>')
+        elif messages[-2]["tool_calls"][0]["function"]["name"] == "calendar_search_events":
+            first = min(json.loads(last["content"])["events"], key=lambda event: event["event_start"])
+            text = f'<tool_call>{{"name": "calendar_delete_event", "arguments": {{"event_id": "{first["event_id"]}"}}}}'
+            text += "</tool_call>"
+        else:
+            text = "Your first meeting on December 13 is cancelled."
+        return Generation(text=text, prompt_tokens=100, completion_tokens=20, finished=True, latency_s=1.0)
+
+
+def test_an_episode_eval_reads_the_lookup_and_reaches_the_workbench_end_state():
+    from flywheel.datasets.importers import read
+    from trainer.evaluate import evaluate_episodes, execution_environment
+
+    csv = REPO_ROOT.parent / "shared" / "external" / "workbench" / "processed" / "queries_and_answers"
+    lookup = next(read(csv / "calendar_queries_and_answers.csv", "workbench")).task  # "Delete my first meeting ..."
+    assert lookup.expected_calls[0].arguments["event_id"] == ["00000256"]  # not in the request: only a search finds it
+    run = Evaluation(backend=CalendarAgent(), render=lambda t: json.dumps(t.messages), verifier=get_verifier("binary"),
+                     policy=POLICY, environment=execution_environment("workbench", POLICY))
+    [result] = evaluate_episodes([lookup], run, SamplingConfig(), EvalConfig(environment="workbench", max_turns=4)
+                                 .episode_budget())
+    assert (result.execution_success, result.verifier_pass, result.turns, result.ended) == (True, True, 3, "answered")
+    assert [call["name"] for call in result.calls] == ["calendar_search_events", "calendar_delete_event"]
+    assert [message["role"] for message in result.episode] == ["assistant", "tool", "assistant", "tool", "assistant"]
+    assert (result.completion_tokens, result.prompt_tokens, result.latency_s) == (60, 300, 3.0)
+    figures = summarize([result])
+    assert (figures["turns_per_episode"], figures["calls_per_episode"], figures["ended"]) == (3, 2, {"answered": 1})
+    assert figures["truncation_rate"]["value"] == 0.0
+
+    budget = EvalConfig(environment="workbench", max_turns=2).episode_budget()
+    [cut] = evaluate_episodes([lookup], run, SamplingConfig(), budget)
+    assert (cut.ended, cut.execution_success, cut.finished) == ("turn_budget", True, False)
+    assert summarize([cut])["truncation_rate"]["value"] == 1.0
+
+
+def test_episodes_need_an_environment_and_a_turn():
+    with pytest.raises(ValueError, match="need an environment"):
+        EvalConfig(max_turns=3)
+    with pytest.raises(ValueError, match="max_turns must be at least 1"):
+        EvalConfig(max_turns=0, environment="workbench")
+    assert EvalConfig(environment="workbench").episode_budget() is None
+    assert EvalConfig(environment="workbench", max_turns=3, max_new_tokens=100).episode_budget().max_tokens == 300

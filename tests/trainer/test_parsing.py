@@ -202,3 +202,25 @@ def test_its_fast_reader_agrees_with_the_ast_reader(text):
 )
 def test_it_says_which_syntax_it_read(output, syntax):
     assert parse_tool_calls(output).syntax == syntax
+
+
+@pytest.mark.parametrize(
+    ("output", "is_json"),
+    [
+        ('{"name": "f"}', True),
+        ('{"name": "f"}\n{"name": "g"}', True),
+        ('<tool_call>{"name": "f"}</tool_call><tool_call>{"name": "g"}</tool_call>', True),
+        ('```json\n{"name": "f"}\n```', True),
+        ('Calling {"name": "f"}', True),
+        ({"name": "f"}, True),
+        ("f(x=1)", False),
+        ("[f(x=1)]", False),
+        ("```python\nf(x=1)\n```", False),
+        ('<tool_call>{"name": "f"}</tool_call><tool_call>g(x=1)</tool_call>', False),  # one block in Python
+        ("Calling:\nf()", False),
+        ('{"name": "f"}\n{"name": "g", "arguments": {', False),  # a malformed call block, one call read from it
+    ],
+)
+def test_it_says_whether_every_call_block_was_well_formed_json(output, is_json):
+    parsed = parse_tool_calls(output)
+    assert parsed.calls and parsed.json is is_json

@@ -2,12 +2,47 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.stats import bootstrap_interval, mean, mean_interval, paired_difference_interval, percentile
+from trainer.stats import (
+    bootstrap_interval,
+    mean,
+    mean_interval,
+    paired_difference_interval,
+    percentile,
+    rate_interval,
+    wilson_interval,
+)
 
 
-def test_a_constant_sample_has_a_zero_width_interval():
+def test_a_constant_sample_has_a_zero_width_bootstrap_interval():
+    # Why rates use Wilson instead: resampling 30 passes can only ever give 30 passes.
     interval = mean_interval([1.0] * 30)
     assert (interval.value, interval.low, interval.high, interval.n) == (1.0, 1.0, 1.0, 30)
+
+
+def test_a_rate_of_none_or_all_gets_a_wilson_interval_that_is_not_zero_wide():
+    none = rate_interval([0.0] * 41)
+    assert (none.value, none.low, none.n) == (0.0, 0.0, 41)
+    assert none.high == pytest.approx(0.0857, abs=1e-4)  # Clopper-Pearson: 0.086
+    every = wilson_interval(30, 30)
+    assert every.high == 1.0 and every.low == pytest.approx(1 - 0.1135, abs=1e-4)
+    assert wilson_interval(1, 1).low == pytest.approx(0.2065, abs=1e-4)
+
+
+def test_wilson_matches_the_textbook_values_and_stays_inside_zero_and_one():
+    half = wilson_interval(15, 30)
+    assert (half.low, half.high) == (pytest.approx(0.3315, abs=1e-4), pytest.approx(0.6685, abs=1e-4))
+    for successes in range(0, 11):
+        interval = wilson_interval(successes, 10)
+        assert 0.0 <= interval.low <= interval.value <= interval.high <= 1.0 and interval.high > interval.low
+    assert wilson_interval(3, 10, confidence=0.99).high > wilson_interval(3, 10).high
+
+
+def test_a_rate_interval_refuses_values_other_than_zero_and_one_and_is_none_when_empty():
+    assert rate_interval([]) is None
+    with pytest.raises(ValueError, match="0 or 1"):
+        rate_interval([0.5, 1.0])
+    with pytest.raises(ValueError, match="at least one task"):
+        wilson_interval(0, 0)
 
 
 def test_a_rate_interval_brackets_the_rate_and_stays_within_zero_and_one():

@@ -67,6 +67,13 @@ def test_sft_trains_an_adapter_and_reports_it(tmp_path, capfd):
     checkpoints = [e for e in events if e["event"] == "checkpoint"]
     assert checkpoints and (Path(checkpoints[-1]["path"]) / MANIFEST_FILE).is_file()
     assert done["metrics"]["steps"] == 3 and "heldout/correct_arguments_rate" in done["metrics"]
+    # The tiny spec keeps its run short with a max_length that cuts the two WorkBench examples, prompt and all:
+    # both are said before any step.
+    cut = [e["message"] for e in events if e["event"] == "log" and e["message"].startswith("max_length 600")]
+    assert cut == [
+        "max_length 600 (as set) cuts 2 of 4 prompts with their answers (longest 3190 tokens, 99th percentile 3176)",
+        "max_length 600 leaves no answer token in 2 of 4 examples: they are not trained on",
+    ]
 
 
 @pytest.mark.parametrize("checkpointing", [True, False])
@@ -101,7 +108,9 @@ def test_grpo_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, m
     # rewarding length gives the groups a spread, so the step has a gradient.
     monkeypatch.setattr(grpo.TaskReward, "__call__", rewarded_by_length)
     trained = spy_on_final_model(monkeypatch)
-    spec = spec_file(tmp_path, "grpo", eval_interval=0, checkpoint_interval=0, gradient_checkpointing=checkpointing)
+    # Every random completion runs into the 16-token limit: masking cut ones (the default) would leave no loss.
+    spec = spec_file(tmp_path, "grpo", eval_interval=0, checkpoint_interval=0, gradient_checkpointing=checkpointing,
+                     mask_truncated_completions=False)
     code, events = run_in_process("grpo", spec, capfd)
     assert code == 0, events[-1]
     assert any(e["name"] == "grad_norm" and e["value"] > 0 for e in events if e["event"] == "metric")
@@ -176,16 +185,29 @@ def test_bad_input_fails_before_any_step(tmp_path, capfd, kind, change, message)
     assert not [e for e in events if e["event"] == "metric" and e["step"] > 0]
 
 
+@pytest.mark.parametrize(("kind", "limit"), [("grpo", "max_completion_length"), ("sft", "max_length")])
+def test_a_length_limit_that_cuts_the_answers_is_refused_before_any_step(tmp_path, capfd, kind, limit):
+    spec = spec_file(tmp_path, kind, **{limit: 4, "max_truncated_share": 0.0})
+    code, events = run_in_process(kind, spec, capfd)
+    assert code == EXIT_FAILED and events[-1]["kind"] == "bad_spec"
+    message = events[-1]["message"]
+    assert f"{limit} 4 would cut 4 of 4" in message and f"set {limit} to at least" in message
+    assert any(e["event"] == "metric" and e["name"] == f"length/{limit}/cut_share" and e["value"] == 1.0
+               for e in events)
+    assert not [e for e in events if e["event"] == "metric" and e["step"] > 0]
+
+
 def test_grpo_refuses_a_loss_type_trl_would_only_reject_at_the_first_loss(tmp_path, capfd):
     code, events = run_in_process("grpo", spec_file(tmp_path, "grpo", loss_type="ppo"), capfd)
     assert code == EXIT_FAILED
     assert events[-1]["kind"] == "bad_spec"
-    assert "unknown loss_type 'ppo'; known: grpo, dr_grpo, dapo" in events[-1]["message"]
+    assert "unknown loss_type 'ppo'; known: dapo, dr_grpo, grpo" in events[-1]["message"]
 
 
 def test_grpo_configs_accept_gspo_and_dapo():
-    assert GrpoConfig(loss_type="grpo", importance_sampling_level="sequence").importance_sampling_level == "sequence"
-    assert GrpoConfig(loss_type="dapo").loss_type == "dapo"
+    gspo = GrpoConfig(loss_type="grpo", importance_sampling_level="sequence", num_iterations=2)
+    assert gspo.importance_sampling_level == "sequence"
+    assert GrpoConfig(loss_type="dapo", epsilon_high=0.28, steps_per_generation=2).loss_type == "dapo"
     with pytest.raises(ValueError, match="num_generations must be at least 2"):
         GrpoConfig(num_generations=1)
 
@@ -222,7 +244,8 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues_from_it(tmp_path):
     events = events_in(resumed.stdout)
     assert resumed.returncode == 0, events[-1]
     assert any("resuming from" in e.get("message", "") for e in events if e["event"] == "log")
-    steps = sorted({e["step"] for e in events if e["event"] == "metric"})
+    # the length report comes before any step of every attempt; the training metrics continue the run's steps
+    steps = sorted({e["step"] for e in events if e["event"] == "metric" and not e["name"].startswith("length/")})
     assert steps == [stopped_at + 1, stopped_at + 2], [e for e in events if e.get("step") == stopped_at]
     metrics = events[-1]["metrics"]
     assert metrics["steps"] == stopped_at + 2
@@ -241,3 +264,60 @@ def test_grpo_runs_under_accelerate_launch_with_one_process(tmp_path):
     events = events_in(launched.stdout)
     assert launched.returncode == 0, launched.stderr[-2000:]
     assert events[-1]["event"] == "done" and events[-1]["metrics"]["steps"] == 2
+
+
+# --- Several processes: only the main one evaluates, writes and reports ------------------------
+
+
+class Exploding:
+    tasks: list = []
+
+    def evaluate(self, model):
+        raise AssertionError("a process other than the main one evaluated the held-out tasks")
+
+
+def test_a_process_other_than_the_main_one_trains_silently(tmp_path, capfd, monkeypatch):
+    from trainer.callbacks import ManifestInfo, ProtocolCallback
+    from trainer.contracts import LogEvent
+    from trainer.jobs import protocol_stdout
+
+    monkeypatch.setenv("RANK", "1")
+    with protocol_stdout() as events:
+        events.emit(LogEvent("seen by nobody"))
+        callback = ProtocolCallback(events, None, ManifestInfo("base", "sha", {}), heldout=Exploding())
+        callback.bind(object())
+        callback.evaluate_heldout(0)
+        checkpoint = tmp_path / CHECKPOINTS / "checkpoint-2"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / WEIGHTS_FILE).write_bytes(b"weights")
+        callback.save(2, str(tmp_path))
+    assert capfd.readouterr().out == ""
+    assert not (checkpoint / MANIFEST_FILE).exists()
+
+
+def test_the_main_process_reports_and_writes_the_manifest(tmp_path, capfd, monkeypatch):
+    from trainer.callbacks import ManifestInfo, ProtocolCallback
+    from trainer.jobs import protocol_stdout
+
+    monkeypatch.delenv("RANK", raising=False)
+    checkpoint = tmp_path / CHECKPOINTS / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / WEIGHTS_FILE).write_bytes(b"weights")
+    (checkpoint / "adapter_config.json").write_text("{}")
+    with protocol_stdout() as events:
+        ProtocolCallback(events, None, ManifestInfo("base", "sha", {})).save(2, str(tmp_path))
+    assert json.loads(capfd.readouterr().out)["event"] == "checkpoint"
+    assert (checkpoint / MANIFEST_FILE).is_file()
+
+
+def test_sft_skips_bad_train_and_held_out_lines_and_reports_both(tmp_path, capfd):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(TINY_TASKS.read_text() + '{"id": "torn", "messages": [\n')
+    code, events = run_in_process("sft", spec_file(tmp_path, "sft", task_paths=[str(tasks)],
+                                                   heldout_paths=[str(tasks)], num_train_epochs=1), capfd)
+    assert code == 0, events[-1]
+    warnings = [e["message"] for e in events if e["event"] == "log" and e["level"] == "warning"]
+    assert any(m.startswith("skipped 1 bad train task line(s)") and "tasks.jsonl:6: invalid JSON" in m
+               for m in warnings)
+    assert any(m.startswith("skipped 1 bad held-out task line(s)") and "tasks.jsonl:6" in m for m in warnings)
+    assert events[-1]["metrics"]["skipped_tasks"]["count"] == 2

@@ -14,6 +14,7 @@ themselves are `trainer.environments.single_step` and `trainer.environments.work
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -85,9 +86,13 @@ class Judgement:
 
 
 class Environment(ABC):
-    """Runs episodes of tasks; `floor` is the reward of the worst episode."""
+    """Runs episodes of tasks; `floor` is the reward of the worst episode.
+
+    `executes`: its calls change a state it judges by (its judgements carry execution success).
+    """
 
     name: ClassVar[str]
+    executes: ClassVar[bool] = True
 
     @property
     def floor(self) -> float:
@@ -97,6 +102,21 @@ class Environment(ABC):
     def label(self) -> str:
         """What the summary line of a verify run names as its scorer."""
         return self.name
+
+    def offered_tools(self) -> list[dict[str, Any]] | None:
+        """The tools an episode here offers the model, where the environment decides them; None: the task's."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - most environments hold nothing to let go of
+        """Let go of what the environment holds (a server process); a no-op for most."""
+
+    def spawn(self) -> Environment:
+        """Another environment with these settings, for an episode run beside this one's.
+
+        A shallow copy: read-only data (WorkBench's tables) is shared, and `reset` gives each
+        copy its own episode state, so an environment must assign, never mutate, that state there.
+        """
+        return copy.copy(self)
 
     @abstractmethod
     def reset(self, task: Task) -> None:

@@ -22,6 +22,7 @@ from trainer.verifiers.base import Completion, Verifier
 
 class SingleStepEnvironment(Environment):
     name: ClassVar[str] = "single_step"
+    executes: ClassVar[bool] = False
 
     def __init__(self, verifier: Verifier | None = None) -> None:
         self.verifier = verifier or get_verifier(DEFAULT_VERIFIER)

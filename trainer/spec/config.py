@@ -66,6 +66,14 @@ def config_help(config_class: type) -> dict[str, str]:
     return {item.name: item.metadata.get("help", "") for item in dataclasses.fields(config_class)}
 
 
+def strict_tasks_field() -> Any:
+    """The `strict_tasks` knob every job kind has: refuse a task file with a bad line, or skip the line."""
+    return field(default=False, metadata={"help": (
+        "Refuse the job when a task line is bad (invalid JSON, or not a task the trainer can read); by default "
+        "such lines are skipped, and their count and first reasons are logged and reported in the done "
+        "event's skipped_tasks. A file without one usable task is refused either way.")})
+
+
 def check_at_least(config: Any, minimum: int, *names: str) -> None:
     for name in names:
         if getattr(config, name) < minimum:
@@ -111,21 +119,31 @@ class TrainingConfig:
         "help": "Evaluate on the held-out tasks every this many steps; 0 for only at the start and the end."})
     heldout_sample_size: int | None = field(default=50, metadata={
         "help": "Held-out tasks per evaluation, drawn with the seed; null for all."})
-    eval_max_new_tokens: int = field(default=96, metadata={"help": "Most tokens per held-out answer."})
+    eval_max_new_tokens: int | None = field(default=None, metadata={
+        "help": "Most tokens per held-out answer; null: derived from the train tasks' reference answers "
+                "(99th percentile + 16)."})
     eval_batch_size: int = field(default=8, metadata={"help": "Prompts per held-out generation batch."})
     checkpoint_interval: int = field(default=50, metadata={
         "help": "Save a checkpoint every this many steps; 0 for only the final adapter."})
-    gradient_checkpointing: bool = field(default=True, metadata={
-        "help": "Recompute activations in the backward pass: less memory for one more forward pass "
-                "(TRL's default; false is faster where memory is plenty, as with a small model on a CPU)."})
+    gradient_checkpointing: bool | None = field(default=None, metadata={
+        "help": "Recompute activations in the backward pass: less memory for one more forward pass; null: on a "
+                "GPU only (on a CPU, where memory is plenty, it only costs time)."})
+    max_truncated_share: float = field(default=0.02, metadata={
+        "help": "Refuse to start when the length limits would cut more than this share of the train tasks' "
+                "reference answers (a cut answer cannot be right)."})
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda ..."})
     resume: bool = field(default=False, metadata={
         "help": "Continue from the last checkpoint in the output folder (the app sets it on retried attempts)."})
+    strict_tasks: bool = strict_tasks_field()
 
     def __post_init__(self) -> None:
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be above 0, got {self.learning_rate}")
-        check_at_least(self, 1, "eval_max_new_tokens", "eval_batch_size")
+        check_at_least(self, 1, "eval_batch_size")
+        if self.eval_max_new_tokens is not None and self.eval_max_new_tokens < 1:
+            raise ValueError("eval_max_new_tokens must be at least 1 (or null to derive it)")
+        if not 0.0 <= self.max_truncated_share <= 1.0:
+            raise ValueError("max_truncated_share must be in [0, 1]")
         check_at_least(self, 0, "eval_interval", "checkpoint_interval")
         if self.verifier not in verifier_names():
             raise ValueError(f"unknown verifier {self.verifier!r}; known: {', '.join(verifier_names())}")

@@ -7,15 +7,32 @@ an evaluation's generation settings before queueing it.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainer.contracts import ContractError
-from trainer.spec.config import SpecError
+from trainer.spec.config import SpecError, strict_tasks_field
 from trainer.verifiers import SafetyPolicy, verifier_names
 
 BACKENDS = ("transformers", "vllm", "auto")
 # Environments that execute calls against a state; single_step only re-verifies, so it has no end state.
 EXECUTING_ENVIRONMENTS = ("workbench",)
+# A team's own environment: `package.module:factory` (trainer.environments.entry_point builds it), or
+# `mcp:<command>`, an MCP server over stdio (trainer.environments.mcp).
+ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+MCP_PREFIX = "mcp:"
+
+
+def check_executing_environment(name: str | None) -> None:
+    """A ValueError unless `name` is null, a built-in executing environment, an entry point or an MCP command."""
+    if name is None or name in EXECUTING_ENVIRONMENTS or ENTRY_POINT.match(name):
+        return
+    if name.startswith(MCP_PREFIX) and name[len(MCP_PREFIX) :].strip():
+        return
+    raise ValueError(f"environment must be one of {', '.join(EXECUTING_ENVIRONMENTS)}, a Python entry point "
+                     "'package.module:factory', an MCP server 'mcp:<command>', or null")
 
 
 @dataclass(frozen=True)
@@ -41,6 +58,18 @@ class SamplingConfig:
 
 
 @dataclass(frozen=True)
+class EpisodeBudget:
+    """How long an episode may run (`trainer.episodes`): model turns, and tokens generated over all of them."""
+
+    max_turns: int = 8
+    max_tokens: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1 or self.max_tokens < 1:
+            raise ValueError("an episode needs at least one turn and one token")
+
+
+@dataclass(frozen=True)
 class EvalConfig:
     """An eval job's settings, read from the spec's `hyperparameters`."""
 
@@ -56,7 +85,8 @@ class EvalConfig:
     sample_size: int | None = field(default=None, metadata={
         "help": "Evaluate a sample of this many tasks drawn with the spec's seed; null for all."})
     safety_policy: str | None = field(default=None, metadata={
-        "help": "Path of a safety policy JSON (absolute, or relative to the working folder); null for the default."})
+        "help": "Path of a safety policy JSON (absolute, or relative to the working folder); null for the spec's "
+                "(the agent's policy, which the app writes there), or the default without one."})
     price_per_million_input_tokens: float = field(default=0.0, metadata={
         "help": "Cost of a million prompt tokens, for cost per task; 0 for a local model."})
     price_per_million_output_tokens: float = field(default=0.0, metadata={
@@ -65,6 +95,12 @@ class EvalConfig:
     sample_events: int = field(default=8, metadata={"help": "How many per-task `sample` events to emit."})
     environment: str | None = field(default=None, metadata={
         "help": "Run each answer's calls in this environment for execution success (workbench); null for none."})
+    max_turns: int = field(default=1, metadata={
+        "help": "1: one answer per task, its calls run open-loop. More: an episode, where the model reads each "
+                "call's result from the environment and answers again, up to this many turns."})
+    max_episode_tokens: int | None = field(default=None, metadata={
+        "help": "Most tokens generated over a whole episode; null for max_turns x max_new_tokens."})
+    strict_tasks: bool = strict_tasks_field()
 
     def __post_init__(self) -> None:
         if self.verifier not in verifier_names():
@@ -75,22 +111,39 @@ class EvalConfig:
             raise ValueError("sample_size must be at least 1 (or null for all tasks)")
         if self.bootstrap_resamples < 1:
             raise ValueError("bootstrap_resamples must be at least 1")
-        if self.environment not in (None, *EXECUTING_ENVIRONMENTS):
-            raise ValueError(f"environment must be one of {', '.join(EXECUTING_ENVIRONMENTS)} or null")
+        check_executing_environment(self.environment)
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        if self.max_turns > 1 and self.environment is None:
+            raise ValueError("max_turns above 1 plays episodes, whose calls need an environment to run in: "
+                             f"set environment ({', '.join(EXECUTING_ENVIRONMENTS)} or 'package.module:factory')")
         self.sampling(seed=0)  # SamplingConfig checks the generation settings
+        self.episode_budget()
+
+    def episode_budget(self) -> EpisodeBudget | None:
+        """The budget of each episode; None for one open-loop answer per task."""
+        if self.max_turns == 1:
+            return None
+        return EpisodeBudget(self.max_turns, self.max_episode_tokens or self.max_turns * self.max_new_tokens)
 
     def sampling(self, seed: int) -> SamplingConfig:
         return SamplingConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                               batch_size=self.batch_size, seed=seed)
 
 
-def safety_policy(path: str | None) -> SafetyPolicy:
-    """The safety policy file a config names, or the default; a SpecError naming a missing or bad file."""
-    if path is None:
+def safety_policy(path: str | None, inline: Mapping[str, Any] | None = None) -> SafetyPolicy:
+    """The policy a job judges unsafe calls by: the file a config names, else the spec's (the agent's), else
+    the default. A SpecError names a missing or bad file or a bad inline policy."""
+    if path is not None:
+        try:
+            return SafetyPolicy.load(path)
+        except FileNotFoundError:
+            raise SpecError(f"safety policy not found: {path}") from None
+        except (ContractError, json.JSONDecodeError) as error:
+            raise SpecError(f"safety policy {path}: {error}") from None
+    if inline is None:
         return SafetyPolicy.default()
     try:
-        return SafetyPolicy.load(path)
-    except FileNotFoundError:
-        raise SpecError(f"safety policy not found: {path}") from None
-    except (ContractError, json.JSONDecodeError) as error:
-        raise SpecError(f"safety policy {path}: {error}") from None
+        return SafetyPolicy.from_json(dict(inline))
+    except (ContractError, TypeError, ValueError) as error:
+        raise SpecError(f"the spec's safety policy: {error}") from None

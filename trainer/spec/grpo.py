@@ -1,7 +1,18 @@
 """The `grpo` job's config: TRL's GRPOTrainer on a LoRA adapter, rewarded by a verifier or an environment.
 
-`loss_type` picks GRPO, Dr. GRPO or DAPO; `importance_sampling_level: sequence` with the grpo
-loss is GSPO.
+The variants are what their knobs set, and a combination that cannot have the effect it names is
+refused rather than run:
+- `loss_type` is how token losses are aggregated: `dapo` (TRL's default: over the batch's tokens,
+  no length bias), `dr_grpo` (over a constant; needs `scale_rewards: none`, which it defaults to),
+  `grpo` (per sequence, length-biased);
+- the importance ratio of a generation batch differs from 1 only when the batch is used for more
+  than one gradient step (`num_iterations` > 1, or `steps_per_generation` > 1): only then do
+  sequence-level weighting (GSPO) and clipping (`epsilon`, DAPO's clip-higher `epsilon_high`) act,
+  so both are refused with one step per batch;
+- DAPO's dynamic sampling is `dynamic_sampling_redraws`: a generation batch whose groups all tie (no
+  advantage, no gradient) is drawn again with other tasks; `mask_truncated_completions` keeps cut
+  completions out of the loss.
+`describe()` names what a config sets, for the log and the manifest.
 """
 
 from __future__ import annotations
@@ -11,8 +22,9 @@ from dataclasses import dataclass, field
 from trainer.spec.config import TrainingConfig, check_at_least
 from trainer.verifiers import DEFAULT_VERIFIER
 
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo")
+LOSS_TYPES = ("dapo", "dr_grpo", "grpo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+SCALE_REWARDS = ("group", "batch", "none")
 ENVIRONMENTS = ("workbench",)
 
 
@@ -30,11 +42,30 @@ class GrpoConfig(TrainingConfig):
     num_generations: int = field(default=8, metadata={"help": "Completions per prompt (the group size)."})
     prompts_per_step: int = field(default=1, metadata={"help": "Prompts per optimizer step."})
     max_steps: int = field(default=40, metadata={"help": "Optimizer steps."})
-    loss_type: str = field(default="grpo", metadata={"help": "grpo, dr_grpo or dapo."})
+    loss_type: str = field(default="dapo", metadata={
+        "help": "How token losses are aggregated: dapo (over the batch's tokens, no length bias; TRL's default), "
+                "dr_grpo (over a constant) or grpo (per sequence, biased toward short right answers)."})
     importance_sampling_level: str = field(default="token", metadata={
-        "help": "token, or sequence (with loss_type grpo: GSPO)."})
+        "help": "token, or sequence (GSPO); sequence needs num_iterations or steps_per_generation above 1."})
+    num_iterations: int = field(default=1, metadata={
+        "help": "Gradient passes over each generation batch (TRL's mu); above 1 the ratio and clipping act."})
+    steps_per_generation: int = field(default=1, metadata={
+        "help": "Optimizer steps each generation batch is split into; above 1 later steps are off-policy."})
+    epsilon: float = field(default=0.2, metadata={"help": "Lower clipping range of the importance ratio."})
+    epsilon_high: float | None = field(default=None, metadata={
+        "help": "Upper clipping range (DAPO's clip-higher, 0.28 in the paper); null: the same as epsilon."})
+    scale_rewards: str | None = field(default=None, metadata={
+        "help": "group, batch or none: what rewards are divided by before the advantage; null: none for dr_grpo, "
+                "group otherwise."})
+    mask_truncated_completions: bool = field(default=True, metadata={
+        "help": "Leave completions cut by max_completion_length out of the loss (DAPO's overlong filtering)."})
+    dynamic_sampling_redraws: int = field(default=4, metadata={
+        "help": "When every group of a generation batch ties (no gradient), draw it again with other train tasks, up "
+                "to this many times (DAPO's dynamic sampling); 0 to train on tied batches."})
     beta: float = field(default=0.0, metadata={"help": "KL coefficient against the starting policy (0: no KL term)."})
-    max_completion_length: int = field(default=64, metadata={"help": "Most tokens per completion."})
+    max_completion_length: int | None = field(default=None, metadata={
+        "help": "Most tokens per completion; null: derived from the train tasks' reference answers (99th percentile "
+                "+ 16). A run whose limit would cut more than max_truncated_share of them is refused."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the generations."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass of the generations."})
     environment: str | None = field(default=None, metadata={
@@ -49,14 +80,58 @@ class GrpoConfig(TrainingConfig):
             raise ValueError(f"importance_sampling_level must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}")
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2: GRPO compares completions within a group")
-        check_at_least(self, 1, "prompts_per_step", "max_steps", "max_completion_length")
-        check_at_least(self, 0, "sample_events")
+        check_at_least(self, 1, "prompts_per_step", "max_steps", "num_iterations", "steps_per_generation")
+        check_at_least(self, 0, "sample_events", "dynamic_sampling_redraws")
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            raise ValueError("max_completion_length must be at least 1 (or null to derive it)")
+        self._check_variant()
         if self.beta < 0:
             raise ValueError("beta (the KL coefficient) must be 0 or more")
         if not self.temperature > 0:
             raise ValueError("temperature must be above 0: GRPO needs varied completions")
         if self.environment not in (None, *ENVIRONMENTS):
             raise ValueError(f"environment must be one of {', '.join(ENVIRONMENTS)} or null")
+
+    def _check_variant(self) -> None:
+        if self.scale_rewards not in (None, *SCALE_REWARDS):
+            raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)} or null")
+        if self.loss_type == "dr_grpo" and self.scale_rewards not in (None, "none"):
+            raise ValueError("dr_grpo divides by a constant, not by the rewards' spread: scale_rewards must be none")
+        if not 0 < self.epsilon < 1 or (self.epsilon_high is not None and self.epsilon_high < self.epsilon):
+            raise ValueError("epsilon must be in (0, 1) and epsilon_high (if set) at least epsilon")
+        if not self.off_policy and self.importance_sampling_level == "sequence":
+            raise ValueError("sequence-level importance sampling (GSPO) changes nothing when each generation batch "
+                             "is used for one gradient step (the ratio is 1): set num_iterations or "
+                             "steps_per_generation above 1")
+        if not self.off_policy and self.epsilon_high is not None:
+            raise ValueError("clip-higher (epsilon_high) never engages when each generation batch is used for one "
+                             "gradient step (the ratio is 1): set num_iterations or steps_per_generation above 1")
+
+    @property
+    def off_policy(self) -> bool:
+        """Whether any gradient step uses completions the policy generated before an earlier step."""
+        return self.num_iterations > 1 or self.steps_per_generation > 1
+
+    def rewards_scaling(self) -> str:
+        return self.scale_rewards or ("none" if self.loss_type == "dr_grpo" else "group")
+
+    def describe(self) -> str:
+        """What this config sets, in words: the variant's name is what its knobs do."""
+        scaling = self.rewards_scaling()
+        parts = [f"{self.loss_type} loss", "rewards unscaled" if scaling == "none" else f"rewards scaled per {scaling}"]
+        if self.off_policy:
+            high = self.epsilon_high if self.epsilon_high is not None else self.epsilon
+            parts.append(f"{self.importance_sampling_level}-level ratio clipped to [1-{self.epsilon:g}, 1+{high:g}] "
+                         f"over {self.num_iterations} pass(es) x {self.steps_per_generation} step(s) per generation")
+        else:
+            parts.append("on-policy (one step per generation batch: no ratio, no clipping)")
+        if self.dynamic_sampling_redraws:
+            parts.append(f"tied batches redrawn up to {self.dynamic_sampling_redraws}x")
+        if self.mask_truncated_completions:
+            parts.append("cut completions masked")
+        if self.beta:
+            parts.append(f"KL {self.beta:g}")
+        return ", ".join(parts)
 
     def heldout_environment(self) -> str | None:
         return self.environment

@@ -10,9 +10,12 @@ from trainer.spec.config import TrainingConfig
 from trainer.spec.eval import EvalConfig
 from trainer.spec.gate import GateConfig
 from trainer.spec.grpo import GrpoConfig
+from trainer.spec.mine import MineConfig
 from trainer.spec.sft import SftConfig
 
-CONFIGS: dict[str, type] = {"eval": EvalConfig, "sft": SftConfig, "grpo": GrpoConfig, "gate": GateConfig}
+CONFIGS: dict[str, type] = {
+    "eval": EvalConfig, "sft": SftConfig, "grpo": GrpoConfig, "gate": GateConfig, "mine": MineConfig,
+}
 TRAINING_KINDS = tuple(kind for kind, config in CONFIGS.items() if issubclass(config, TrainingConfig))
 
 

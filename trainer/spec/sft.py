@@ -14,7 +14,9 @@ class SftConfig(TrainingConfig):
     num_train_epochs: float = field(default=2.0, metadata={"help": "Passes over the train tasks."})
     max_steps: int = field(default=-1, metadata={"help": "Stop after this many steps; -1 to run the epochs."})
     per_device_train_batch_size: int = field(default=4, metadata={"help": "Examples per step."})
-    max_length: int = field(default=1024, metadata={"help": "Most tokens per example (prompt + completion)."})
+    max_length: int | None = field(default=None, metadata={
+        "help": "Most tokens per example (prompt + completion); null: derived from the train tasks (99th percentile "
+                "+ 16). A run whose limit would cut the answers of more than max_truncated_share of them is refused."})
     warmup_ratio: float = field(default=0.05, metadata={"help": "Share of the steps spent warming up."})
 
     def __post_init__(self) -> None:
@@ -23,6 +25,8 @@ class SftConfig(TrainingConfig):
             raise ValueError("num_train_epochs must be above 0")
         if self.max_steps == 0 or self.max_steps < -1:
             raise ValueError("max_steps must be at least 1, or -1 to run the epochs")
-        check_at_least(self, 1, "per_device_train_batch_size", "max_length")
+        check_at_least(self, 1, "per_device_train_batch_size")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError("max_length must be at least 1 (or null to derive it)")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError("warmup_ratio must be in [0, 1)")

@@ -1,50 +1,123 @@
 """Task files: read them, hash them, sample them, write them.
 
 A task file is JSONL, one `trainer.contracts.Task` a line (what the app's snapshots export as
-"native"). A snapshot's identity is the sha256 of its files' bytes. Samples are seeded and keep
-file order; `stratified_sample` is the one stratified sampler, used by the app's snapshots (by
-bucket or category) and by the gate (by bucket).
+"native"). `read_task_files` reads them strictly (the first bad line is a SpecError naming it) or
+leniently (bad lines are skipped and listed with their file, line and reason; jobs read this way
+unless their `strict_tasks` is set). Either way a missing file, or files without one usable task,
+is a SpecError. A snapshot's identity is the sha256 of its files' bytes, skipped lines included.
+Samples are seeded and keep file order; `stratified_sample` is the one stratified sampler, used by
+the app's snapshots (by bucket or category) and by the gate (by bucket).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from trainer.contracts import ContractError, Task
+from trainer.contracts import ContractError, DoneEvent, LogEvent, Task
 from trainer.spec.config import SpecError
 
 ItemT = TypeVar("ItemT")
+SKIPPED_TASKS = "skipped_tasks"
+"""The key of a done event's metrics that lists the task lines a job skipped."""
+SKIPPED_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    """A task line that was not loaded: its file (name only), its line number and why."""
+
+    file: str
+    line: int
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    """The tasks read from task files, in order, and the lines skipped on the way."""
+
+    tasks: list[Task]
+    skipped: list[SkippedLine] = field(default_factory=list)
+
+
+def read_task_files(paths: Sequence[str], *, strict: bool) -> TaskFiles:
+    """The tasks in JSONL files; a bad line is a SpecError when `strict`, else skipped and listed.
+
+    A missing file is a SpecError either way, and so are files that hold no usable task.
+    """
+    tasks: list[Task] = []
+    skipped: list[SkippedLine] = []
+    for path in paths:
+        for number, line in _lines(path):
+            try:
+                tasks.append(task_from_line(line))
+            except ContractError as error:
+                if strict:
+                    raise SpecError(f"{path}:{number}: {error}") from None
+                skipped.append(SkippedLine(Path(path).name, number, str(error)))
+    if not tasks:
+        shown = "; ".join(str(line) for line in skipped[:SKIPPED_SHOWN])
+        raise SpecError(f"the task snapshot is empty: no usable task in {', '.join(paths) or 'no task file given'}"
+                        + (f" ({len(skipped)} bad line(s) skipped: {shown})" if skipped else ""))
+    return TaskFiles(tasks, skipped)
 
 
 def load_tasks(paths: Sequence[str]) -> list[Task]:
     """The tasks in JSONL files, in order; a missing file or a bad line is a SpecError naming it."""
-    tasks: list[Task] = []
-    for path in paths:
-        try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise SpecError(f"task file not found: {path}") from None
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                tasks.append(_task_from_line(line, f"{path}:{number}"))
-    if not tasks:
-        raise SpecError(f"the task snapshot is empty: no task in {', '.join(paths) or 'no task file given'}")
-    return tasks
+    return read_task_files(paths, strict=True).tasks
 
 
-def _task_from_line(line: str, where: str) -> Task:
+def _lines(path: str) -> list[tuple[int, str]]:
     try:
-        return Task.from_json(json.loads(line))
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise SpecError(f"task file not found: {path}") from None
+    return [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+
+
+def task_from_line(line: str) -> Task:
+    """The Task one line of a task file holds, as every job reads it; a ContractError says why not."""
+    try:
+        data = json.loads(line)
     except json.JSONDecodeError as error:
-        raise SpecError(f"{where}: invalid JSON: {error.msg}") from None
-    except ContractError as error:
-        raise SpecError(f"{where}: {error}") from None
+        raise ContractError(f"invalid JSON: {error.msg}") from None
+    if not isinstance(data, dict):
+        raise ContractError(f"a task must be a JSON object, got {type(data).__name__}")
+    try:
+        return Task.from_json(data)
+    except (TypeError, AttributeError) as error:  # a field of the wrong shape deeper than the contract checks
+        raise ContractError(f"task {data.get('id')}: not a task: {error}") from None
+
+
+def skipped_warning(skipped: Sequence[SkippedLine], what: str = "task") -> LogEvent | None:
+    """The job's warning line for skipped task lines (how many, the first reasons); None when none were."""
+    if not skipped:
+        return None
+    shown = "; ".join(str(line) for line in skipped[:SKIPPED_SHOWN])
+    more = f"; and {len(skipped) - SKIPPED_SHOWN} more" if len(skipped) > SKIPPED_SHOWN else ""
+    return LogEvent(f"skipped {len(skipped)} bad {what} line(s) (set strict_tasks to refuse them instead): "
+                    f"{shown}{more}", level="warning")
+
+
+def with_skipped(done: DoneEvent, skipped: Sequence[SkippedLine]) -> DoneEvent:
+    """`done` with `skipped_tasks` (the count and the first lines) in its metrics when any line was skipped."""
+    if not skipped:
+        return done
+    report = {"count": len(skipped), "first": [line.to_json() for line in skipped[:SKIPPED_SHOWN]]}
+    return dataclasses.replace(done, metrics={**done.metrics, SKIPPED_TASKS: report})
 
 
 def write_tasks(path: Path, tasks: Sequence[Task]) -> None:

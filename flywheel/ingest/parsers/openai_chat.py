@@ -18,6 +18,7 @@ from flywheel.ingest.parsers.base import (
     RecordError,
     arguments_from,
     external_id_from,
+    id_text,
     optional_str,
     outcome_from,
     text_from,
@@ -69,8 +70,8 @@ def _steps(messages: list[Any]) -> list[ParsedStep]:
             raise RecordError(f"message {index} is not an object")
         role = message.get("role")
         if role == "tool":
-            steps.append(_tool_result(message, tool_names))
-        elif role in ROLE_KINDS:
+            steps.append(_tool_result(message, index, tool_names))
+        elif isinstance(role, str) and role in ROLE_KINDS:
             steps.extend(_message_steps(message, index, tool_names))
         else:
             raise RecordError(f"message {index} has role {role!r}; expected system, user, assistant or tool")
@@ -79,7 +80,7 @@ def _steps(messages: list[Any]) -> list[ParsedStep]:
 
 def _message_steps(message: dict[str, Any], index: int, tool_names: dict[str, str]) -> list[ParsedStep]:
     kind = ROLE_KINDS[message["role"]]
-    text = text_from(message.get("content"))
+    text = text_from(message.get("content"), f"the content of message {index}")
     steps = [ParsedStep(kind=kind, text=text)] if text or not message.get("tool_calls") else []
     tool_calls = message.get("tool_calls") or []
     if not isinstance(tool_calls, list):
@@ -89,7 +90,7 @@ def _message_steps(message: dict[str, Any], index: int, tool_names: dict[str, st
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise RecordError(f"a tool call in message {index} has no function name")
         arguments, raw = arguments_from(function.get("arguments"))
-        call_id = str(call.get("id") or "")
+        call_id = id_text(call.get("id"), f"a tool call id in message {index}")
         tool_names[call_id] = function["name"]
         steps.append(
             ParsedStep(
@@ -97,19 +98,22 @@ def _message_steps(message: dict[str, Any], index: int, tool_names: dict[str, st
                 tool_name=function["name"][:200],
                 tool_arguments=arguments,
                 tool_arguments_raw=raw,
-                tool_call_id=call_id[:200],
+                tool_call_id=call_id,
             )
         )
     return steps
 
 
-def _tool_result(message: dict[str, Any], tool_names: dict[str, str]) -> ParsedStep:
-    call_id = str(message.get("tool_call_id") or "")
-    text = text_from(message.get("content"))
+def _tool_result(message: dict[str, Any], index: int, tool_names: dict[str, str]) -> ParsedStep:
+    call_id = id_text(message.get("tool_call_id"), f"tool_call_id of message {index}")
+    text = text_from(message.get("content"), f"the content of message {index}")
+    name = message.get("name")
+    if name is not None and not isinstance(name, str):
+        raise RecordError(f"name of message {index} must be a string")
     return ParsedStep(
         kind="tool_result",
         text=text,
-        tool_name=str(message.get("name") or tool_names.get(call_id, ""))[:200],
-        tool_call_id=call_id[:200],
+        tool_name=(name or tool_names.get(call_id, ""))[:200],
+        tool_call_id=call_id,
         is_error=text.lstrip().lower().startswith(ERROR_PREFIXES),
     )

@@ -12,6 +12,10 @@ order, following the GenAI semantic conventions:
 - `execute_tool` spans: a `tool_result` step from `gen_ai.tool.call.result` (an error status marks
   it failed), preceded by its `tool_call` when no chat output announced that call.
 
+`span_problem` says whether one span can join a trace (its shape, and GenAI attributes that
+this assembly can read); the receiver refuses spans that fail it, and `parse` skips any stored
+span that fails it, so one bad span never spoils its trace.
+
 The agent is `flywheel.agent`, else `gen_ai.agent.name`, else the resource's `service.name`; the
 model version tag is `flywheel.model_version` (resource or span), else `service.version`; the
 outcome is `flywheel.outcome` on any span, else failure when a span has an error status. Spans
@@ -27,14 +31,17 @@ from typing import Any
 from django.utils.text import slugify
 
 from flywheel.ingest.parsers.base import (
+    INT_MAX,
     FieldMapping,
     ParsedStep,
     ParsedTrajectory,
     RecordError,
     arguments_from,
     outcome_from,
+    storable_problem,
     text_from,
 )
+from flywheel.ingest.reader import decode_value
 
 NAME = "otlp"
 STATUS_ERROR = 2
@@ -47,6 +54,11 @@ READ_ATTRIBUTES = {
     "flywheel.outcome", "flywheel.model_version", "flywheel.agent", "gen_ai.request.model", "gen_ai.response.model",
 }  # fmt: skip
 ROLE_KINDS = {"system": "system", "user": "user", "assistant": "assistant"}
+SPAN_FIELDS: dict[str, type] = {
+    "trace_id": str, "span_id": str, "name": str, "start_ns": int, "end_ns": int, "attributes": dict,
+    "status_code": int, "status_message": str, "resource": dict,
+}  # fmt: skip
+ATTRIBUTE_JSON_DEPTH = 64
 
 
 def detect(record: dict[str, Any], mapping: FieldMapping) -> bool:
@@ -54,10 +66,13 @@ def detect(record: dict[str, Any], mapping: FieldMapping) -> bool:
 
 
 def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
-    spans = sorted(record.get("spans") or [], key=lambda span: span["start_ns"])
+    trace_id, stored = record.get("trace_id"), record.get("spans")
+    if not isinstance(trace_id, str) or not isinstance(stored, list):
+        raise RecordError("a trace record needs a 'trace_id' string and a 'spans' list")
+    spans = sorted((span for span in stored if span_problem(span) is None), key=lambda span: span["start_ns"])
     if not spans:
         raise RecordError("the trace has no spans")
-    resource = record.get("resource") or {}
+    resource = record["resource"] if isinstance(record.get("resource"), dict) else {}
     assembly = _Assembly()
     for span in spans:
         assembly.add(span)
@@ -65,20 +80,52 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
         raise RecordError("the trace has no GenAI spans (gen_ai.operation.name) to build a trajectory from")
     every = [resource, *(span["attributes"] for span in spans)]
     start, end = spans[0]["start_ns"], max(span["end_ns"] for span in spans)
+    metadata = {"resource": resource, "other_spans": assembly.other_spans, "models": sorted(assembly.models)}
+    if len(spans) < len(stored):
+        metadata["skipped_spans"] = len(stored) - len(spans)
     return ParsedTrajectory(
         steps=assembly.steps,
-        external_id=record["trace_id"],
+        external_id=trace_id,
         agent=slugify(_first(every, "flywheel.agent", "gen_ai.agent.name") or resource.get("service.name") or "")[:100],
         model_version=str(_first(every, "flywheel.model_version") or resource.get("service.version") or "")[:100],
         outcome=_outcome(spans),
         final_result=next((s.text for s in reversed(assembly.steps) if s.kind == "assistant" and s.text), ""),
         started_at=datetime.fromtimestamp(start / 1e9, tz=UTC),
-        duration_ms=int((end - start) / 1e6),
-        input_tokens=assembly.input_tokens or None,
-        output_tokens=assembly.output_tokens or None,
-        metadata={"resource": resource, "other_spans": assembly.other_spans, "models": sorted(assembly.models)},
+        duration_ms=min(INT_MAX, int((end - start) / 1e6)),
+        input_tokens=min(INT_MAX, assembly.input_tokens) or None,
+        output_tokens=min(INT_MAX, assembly.output_tokens) or None,
+        metadata=metadata,
         tools=assembly.tools,
     )
+
+
+def span_problem(span: Any) -> str | None:
+    """Why a normalised span cannot join a trace, or None: its fields, or GenAI attributes that do not read."""
+    if not isinstance(span, dict):
+        return "the span is not an object"
+    for name, kind in SPAN_FIELDS.items():
+        value = span.get(name)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"the span's {name} is missing or not a {kind.__name__}"
+    try:
+        assembly = _Assembly()
+        assembly.add(span)
+        _outcome([span])
+        _tools_check(assembly.tools)
+    except RecordError as exc:
+        return f"span {span['name'][:80]!r}: {exc}"
+    return storable_problem(ParsedTrajectory(steps=assembly.steps))
+
+
+def _tools_check(tools: list[Any]) -> None:
+    from django.core.exceptions import ValidationError
+
+    from flywheel.core.services import tools_normalize
+
+    try:
+        tools_normalize(tools)
+    except ValidationError as exc:
+        raise RecordError(f"gen_ai.tool.definitions: {' '.join(exc.messages)}") from None
 
 
 def _first(attribute_sets: list[dict[str, Any]], *names: str) -> Any:
@@ -99,11 +146,18 @@ def _outcome(spans: list[dict[str, Any]]) -> str:
 def _json_attribute(attributes: dict[str, Any], name: str) -> Any:
     value = attributes.get(name)
     if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            raise RecordError(f"span attribute {name} is not valid JSON") from None
+        decoded, problem = decode_value(value, ATTRIBUTE_JSON_DEPTH)
+        if problem:
+            raise RecordError(f"span attribute {name} is not valid JSON: {problem}")
+        return decoded
     return value
+
+
+def _messages_attribute(attributes: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    messages = _json_attribute(attributes, name) or []
+    if not isinstance(messages, list) or not all(isinstance(message, dict) for message in messages):
+        raise RecordError(f"span attribute {name} must be a list of {{role, parts}} messages")
+    return messages
 
 
 class _Assembly:
@@ -136,7 +190,7 @@ class _Assembly:
         )
         if isinstance(tools := _json_attribute(attributes, "gen_ai.tool.definitions"), list):
             self.tools = tools
-        inputs = _json_attribute(attributes, "gen_ai.input.messages") or []
+        inputs = _messages_attribute(attributes, "gen_ai.input.messages")
         if not self.opened:
             instructions = _json_attribute(attributes, "gen_ai.system_instructions")
             if instructions:
@@ -147,7 +201,7 @@ class _Assembly:
             new_inputs = inputs[last_assistant + 1 :]
         for message in new_inputs:
             self._message(message, span)
-        outputs = _json_attribute(attributes, "gen_ai.output.messages") or []
+        outputs = _messages_attribute(attributes, "gen_ai.output.messages")
         first_output = len(self.steps)
         for message in outputs:
             self._message(message, span)
@@ -241,7 +295,7 @@ def _int(attributes: dict[str, Any], name: str) -> int | None:
 
 
 def _duration_ms(span: dict[str, Any]) -> int:
-    return max(0, int((span["end_ns"] - span["start_ns"]) / 1e6))
+    return min(INT_MAX, max(0, int((span["end_ns"] - span["start_ns"]) / 1e6)))
 
 
 def _unread(attributes: dict[str, Any]) -> dict[str, Any]:

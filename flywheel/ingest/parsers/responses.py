@@ -17,6 +17,7 @@ from flywheel.ingest.parsers.base import (
     RecordError,
     arguments_from,
     external_id_from,
+    id_text,
     optional_int,
     optional_str,
     outcome_from,
@@ -90,13 +91,13 @@ def _step(item: dict[str, Any], index: int, tool_names: dict[str, str]) -> Parse
     kind = item.get("type", "message")
     if kind == "message":
         role = item.get("role")
-        if role not in ROLE_KINDS:
+        if not isinstance(role, str) or role not in ROLE_KINDS:
             raise RecordError(f"item {index} is a message with role {role!r}")
-        return ParsedStep(kind=ROLE_KINDS[role], text=text_from(item.get("content")))
+        return ParsedStep(kind=ROLE_KINDS[role], text=text_from(item.get("content"), f"the content of item {index}"))
     if kind == "function_call":
         if not isinstance(item.get("name"), str):
             raise RecordError(f"item {index} is a function_call without a name")
-        call_id = str(item.get("call_id") or item.get("id") or "")
+        call_id = id_text(item.get("call_id") or item.get("id"), f"the call id of item {index}")
         tool_names[call_id] = item["name"]
         arguments, raw = arguments_from(item.get("arguments"))
         return ParsedStep(
@@ -104,19 +105,21 @@ def _step(item: dict[str, Any], index: int, tool_names: dict[str, str]) -> Parse
             tool_name=item["name"][:200],
             tool_arguments=arguments,
             tool_arguments_raw=raw,
-            tool_call_id=call_id[:200],
+            tool_call_id=call_id,
         )
     if kind == "function_call_output":
-        call_id = str(item.get("call_id") or "")
-        text = text_from(item.get("output"))
+        call_id = id_text(item.get("call_id"), f"the call id of item {index}")
+        text = text_from(item.get("output"), f"the output of item {index}")
         return ParsedStep(
             "tool_result",
             text=text,
             tool_name=tool_names.get(call_id, "")[:200],
-            tool_call_id=call_id[:200],
+            tool_call_id=call_id,
             is_error=text.lstrip().lower().startswith(ERROR_PREFIXES),
         )
     if kind == "reasoning":
         summary = item.get("summary") or item.get("content")
-        return ParsedStep("assistant", text=text_from(summary), metadata={"item_type": "reasoning"})
+        return ParsedStep(
+            "assistant", text=text_from(summary, f"the summary of item {index}"), metadata={"item_type": "reasoning"}
+        )
     return None  # other item types (web search calls, images...) carry nothing to triage yet

@@ -13,6 +13,7 @@ from flywheel.datasets.services import (
     TaskRefused,
     snapshot_create,
     snapshot_mark_used,
+    snapshot_subset_create,
     task_create,
     task_update,
 )
@@ -93,6 +94,22 @@ def test_snapshots_are_content_hashed_immutable_and_stratified():
                 [{"role": "user", "content": "changed"}]}), split="heldout")  # fmt: skip
     frozen = json.loads(next(line for line in snapshot_lines(whole, "native") if '"email_0"' in line))
     assert frozen["messages"][1]["content"] != "changed"
+
+
+def test_a_subset_keeps_the_chosen_tasks_as_frozen_and_leaves_out_one_moved_to_held_out_since():
+    for number, city in enumerate(("Paris", "Rome", "Oslo")):
+        task_create(actor=None, task=weather_task(f"w{number}", f"Weather in {city}?"), split="train", agent=None,
+                    origin=MANUAL)  # fmt: skip
+    source = snapshot_create(actor=None, name="all", split="train")
+    moved = RegressionTask.objects.get(external_id="w2")
+    task_update(actor=None, task=moved, new=weather_task("w2", "Weather in Oslo?", days=2), split="heldout")
+    subset = snapshot_subset_create(actor=None, source=source, task_ids=["w0", "w2"], name="mined", selection={})
+    assert subset is not None and (subset.split, subset.task_count) == ("train", 1)
+    assert [item.content["id"] for item in subset.items.all()] == ["w0"]
+    assert subset.selection == {"from_snapshot": source.content_hash}
+    again = snapshot_subset_create(actor=None, source=source, task_ids=["w0"], name="again", selection={})
+    assert again == subset
+    assert snapshot_subset_create(actor=None, source=source, task_ids=["w9"], name="none", selection={}) is None
 
 
 def test_an_export_reimports_to_the_same_content_hashes(tmp_path):

@@ -16,10 +16,12 @@ from tests.flywheel.training.conftest import TINY_MODEL
 EXTERNAL = settings.SHARED_EXTERNAL_DIR
 TINY_SIZES = Sizes(
     eval={"sample_size": 4, "batch_size": 4, "max_new_tokens": 16, "device": "cpu"},
+    # The tiny model cannot be right anyway: short limits keep its runs quick, whatever they cut
+    # (SFT's own limit is derived: one shorter than every prompt would leave nothing to train on).
     sft={"max_steps": 2, "per_device_train_batch_size": 2, "eval_interval": 0, "checkpoint_interval": 0,
-         "device": "cpu"},
+         "eval_max_new_tokens": 16, "max_truncated_share": 1.0, "device": "cpu"},
     grpo={"max_steps": 2, "num_generations": 2, "max_completion_length": 16, "eval_interval": 0,
-          "checkpoint_interval": 0, "device": "cpu"},
+          "eval_max_new_tokens": 16, "max_truncated_share": 1.0, "checkpoint_interval": 0, "device": "cpu"},
     gate={"heldout_sample_size": 4, "batch_size": 4, "max_new_tokens": 16, "device": "cpu"},
 )  # fmt: skip
 

@@ -93,3 +93,56 @@ def test_redaction_removes_an_email_and_an_api_key_before_storage(client, review
     assert "jane.doe@example.com" not in stored and "sk-proj-" not in stored
     assert "[REDACTED:email]" in stored and "[REDACTED:api_key]" in stored and "415-555-0100" in stored
     assert "jane.doe" not in Trajectory.objects.get().search_text
+
+
+HOSTILE_ITEMS = {
+    "nan": b'{"id": "bad", "steps": [{"kind": "user", "text": "x"}], "cost": NaN}',
+    "deep": b'{"id": "bad", "deep": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+    "huge integer": b'{"id": "bad", "n": ' + b"9" * 5000 + b"}",
+    "wrong type": b'{"id": "bad", "steps": [{"kind": "user", "text": "x", "latency_ms": "slow"}]}',
+    "bad utf-8": b'{"id": "bad", "steps": [{"kind": "user", "text": "\xff\xfe"}]}',
+    "lone surrogate": b'{"id": "bad", "steps": [{"kind": "user", "text": "\\udc00"}]}',
+}
+
+
+@pytest.mark.parametrize("kind", HOSTILE_ITEMS)
+def test_one_hostile_item_in_a_batch_envelope_is_rejected_alone(client, reviewer_token, kind):
+    good = [json.dumps(native(str(number))).encode() for number in range(10)]
+    items = good[:6] + [HOSTILE_ITEMS[kind]] + good[6:]
+    response = post(client, reviewer_token, b'{"batch": [' + b",\n".join(items) + b"]}")
+    assert response.status_code == 207
+    results = response.json()["results"]
+    assert [r["index"] for r in results] == list(range(11))
+    assert [r["index"] for r in results if r["status"] == "rejected"] == [6]
+    assert results[6]["error"] and Trajectory.objects.count() == 10
+
+
+def test_an_envelope_with_more_keys_than_batch_is_still_read_item_by_item(client, reviewer_token):
+    body = b'{"metadata": {"sdk": "x"}, "batch": [' + json.dumps(native("a")).encode() + b', {"x": NaN}]}'
+    response = post(client, reviewer_token, body)
+    assert [r["status"] for r in response.json()["results"]] == ["stored", "rejected"]
+
+
+def test_a_gzip_bomb_stops_at_the_decompression_cap_with_413(client, reviewer_token, settings):
+    settings.API_MAX_DECOMPRESSED_BYTES = 1 << 20
+    line = json.dumps(native("x", "y" * 1000)).encode() + b"\n"
+    bomb = gzip.compress(line * 2000)  # about 2 MB once decompressed, a few KB on the wire
+    response = post(client, reviewer_token, bomb, content_type="application/x-ndjson")
+    assert response.status_code == 413
+    assert "decompresses to more than 1048576 bytes" in response.json()["error"]
+    assert not Trajectory.objects.exists()
+
+
+def test_a_gzipped_envelope_is_read_like_a_plain_one(client, reviewer_token):
+    body = gzip.compress(json.dumps({"batch": [native("a"), native("b")]}).encode())
+    response = post(client, reviewer_token, body)
+    assert [r["status"] for r in response.json()["results"]] == ["stored", "stored"]
+
+
+@pytest.mark.parametrize("length", ["abc", "-1", "1e3"])
+def test_a_content_length_that_is_not_a_whole_number_is_400(client, reviewer_token, length):
+    response = client.post(
+        URL, data=b"[]", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {reviewer_token}",
+        CONTENT_LENGTH=length,
+    )  # fmt: skip
+    assert response.status_code == 400 and "Content-Length" in response.json()["error"]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create
@@ -133,3 +134,121 @@ def test_a_body_that_is_not_otlp_is_a_400(client, make_user):
     headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
     bad = client.post(reverse("otlp_traces"), b"\x00garbage", content_type="application/x-protobuf", **headers)
     assert bad.status_code == 400 and "ExportTraceServiceRequest" in bad.json()["error"]
+
+
+def chat_span(trace_id: str, span_id: str, text: str = "Hi", **changes) -> dict:
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.input.messages": json.dumps(USER_TURN),
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}]}]),
+    }
+    span = otlp_json(trace_id, span_id, attributes)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    return {**span, **changes}
+
+
+def export(*spans: dict) -> dict:
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "json-bot"}}]}
+    return {"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": list(spans)}]}]}
+
+
+def nested_value(json_levels: int) -> dict:
+    """An AnyValue whose JSON nests `json_levels` deep (each kvlist level is four JSON levels)."""
+    value: dict = {"stringValue": "leaf"}
+    for _ in range(json_levels // 4):
+        value = {"kvlistValue": {"values": [{"key": "k", "value": value}]}}
+    return value
+
+
+TRACE_A, TRACE_B = "0af7651916cd43dd8448eb211c80319c", "1af7651916cd43dd8448eb211c80319c"
+BAD_SPANS = {
+    "non-numeric timestamp": {"startTimeUnixNano": "yesterday"},
+    "integer trace id": {"traceId": 12345},
+    "400-deep attribute": {"attributes": [{"key": "deep", "value": nested_value(400)}]},
+    "messages that are not JSON": {
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}},
+            {"key": "gen_ai.input.messages", "value": {"stringValue": "[{not json"}},
+        ]
+    },
+}
+
+
+def post_otlp(client, token, body, content_type="application/json"):
+    return client.post(reverse("otlp_traces"), body, content_type=content_type, HTTP_AUTHORIZATION=f"Bearer {token}")
+
+
+@pytest.mark.django_db
+def test_malformed_spans_are_refused_one_by_one_and_the_good_span_of_the_request_is_stored(client, make_user):
+    from flywheel.ingest.models import OtlpSpan
+
+    token = api_token_create(user=make_user(Role.REVIEWER), name="otel")[1]
+    bad = [chat_span(TRACE_B, f"c7ad6b716920333{n}", **change) for n, change in enumerate(BAD_SPANS.values())]
+    response = post_otlp(client, token, json.dumps(export(chat_span(TRACE_A, "b7ad6b7169203331"), *bad)))
+    assert response.status_code == 200
+    partial = response.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == 4
+    for fragment in ("startTimeUnixNano", "traceId must be a string", "nest", "gen_ai.input.messages"):
+        assert fragment in partial["errorMessage"]
+    assert list(OtlpSpan.objects.values_list("trace_id", flat=True)) == [TRACE_A]
+    assert Trajectory.objects.get().external_id == TRACE_A
+
+
+@pytest.mark.django_db
+def test_partial_success_is_encoded_in_protobuf_for_a_protobuf_request(client, make_user):
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
+    token = api_token_create(user=make_user(Role.REVIEWER), name="otel")[1]
+    bad_status = chat_span(TRACE_B, "c7ad6b7169203331", status={"code": 2})
+    bad_status["attributes"].append({"key": "gen_ai.output.messages", "value": {"stringValue": '{"role": 1}'}})
+    body = ParseDict(export(chat_span(TRACE_A, "b7ad6b7169203331"), bad_status), ExportTraceServiceRequest())
+    response = post_otlp(client, token, body.SerializeToString(), "application/x-protobuf")
+    answer = ExportTraceServiceResponse.FromString(response.content)
+    assert response.status_code == 200 and response["Content-Type"] == "application/x-protobuf"
+    assert answer.partial_success.rejected_spans == 1
+    assert "gen_ai.output.messages" in answer.partial_success.error_message
+    assert Trajectory.objects.get().external_id == TRACE_A
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"\x0a\xff\xff\xff", "application/x-protobuf"),
+        (b"{not json", "application/json"),
+        (b"[" * 5000 + b"]" * 5000, "application/json"),
+        (json.dumps({"resourceSpans": "many"}).encode(), "application/json"),
+    ],
+)
+def test_a_body_that_cannot_be_decoded_is_400_and_stores_nothing(client, make_user, body, content_type):
+    token = api_token_create(user=make_user(Role.REVIEWER), name="otel")[1]
+    response = post_otlp(client, token, body, content_type)
+    assert response.status_code == 400 and response.json()["error"]
+    assert not Trajectory.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_trace_never_freezes_after_a_bad_span(client, make_user):
+    from flywheel.ingest.models import OtlpSpan
+
+    token = api_token_create(user=make_user(Role.REVIEWER), name="otel")[1]
+    bad = chat_span(TRACE_A, "c7ad6b7169203331", **BAD_SPANS["messages that are not JSON"])
+    assert post_otlp(client, token, json.dumps(export(bad))).json()["partialSuccess"]["rejectedSpans"] == 1
+    # A span stored before spans were checked (as main stored them) must not spoil the trace either.
+    OtlpSpan.objects.create(
+        trace_id=TRACE_A,
+        span_id="d7ad6b7169203331",
+        payload={"name": "old", "attributes": []},
+        received_at=timezone.now(),
+    )
+    response = post_otlp(client, token, json.dumps(export(chat_span(TRACE_A, "b7ad6b7169203331", "Hello"))))
+    assert response.status_code == 200 and response.json() == {}
+    trajectory = Trajectory.objects.get(external_id=TRACE_A)
+    assert trajectory.final_result == "Hello" and trajectory.metadata["skipped_spans"] == 1
+    later = chat_span(TRACE_A, "e7ad6b7169203331", "Bye", startTimeUnixNano="1700000001000000000",
+                      endTimeUnixNano="1700000002000000000")  # fmt: skip
+    assert post_otlp(client, token, json.dumps(export(later))).status_code == 200
+    assert Trajectory.objects.get(external_id=TRACE_A).final_result == "Bye"

@@ -73,7 +73,7 @@ def test_the_chat_endpoint_answers_from_the_live_adapter_and_follows_promote_and
                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")  # fmt: skip
     assert response.json()["results"][0]["status"] == "stored"
     trajectory = Trajectory.objects.get(external_id="conversation-1")
-    assert selectors.version_by_tag(tag=trajectory.model_version) == first
+    assert selectors.version_by_tag(tag=trajectory.model_version, viewer=approver) == first
     rows = selectors.failures_by_version(agent=first.agent)
     assert [(row.version, row.total, row.failures) for row in rows] == [(first, 1, 1)]
 

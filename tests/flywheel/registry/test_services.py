@@ -14,7 +14,7 @@ from flywheel.core.roles import Role
 from flywheel.core.services import agent_create
 from flywheel.ingest.models import Trajectory
 from flywheel.registry import selectors, services, storage
-from flywheel.registry.models import Deployment, GateResult, GateStatus, LivePointer, ModelVersion
+from flywheel.registry.models import Deployment, GatePolicy, GateResult, GateStatus, LivePointer, ModelVersion
 from flywheel.training.models import Job, JobKind
 from tests.flywheel.registry.conftest import TINY_MODEL, done, finish_job
 from tests.flywheel.registry.gate_reports import NOISE, WINNING, gate_files
@@ -154,7 +154,8 @@ def test_a_finished_gate_job_stores_its_decision_with_each_reason(register, held
     version = register(0)
     gate = finished_gate(version, heldout_snapshot, gate_files(tmp_path, *WINNING))
     assert gate.status == GateStatus.PASSED and gate.passed
-    assert [c["name"] for c in gate.criteria] == ["gain", "safety", "latency", "tokens", "regressions"]
+    assert [c["name"] for c in gate.criteria] == ["gain", "heldout_breakage", "buckets", "safety", "latency",
+                                                  "tokens", "regressions"]
     assert "above zero" in gate.criteria[0]["reason"]
     assert gate.report["candidate"]["overall"]["correct_arguments_rate"]["value"] == 0.75
     assert AuditEvent.objects.filter(action="gate.passed", target_id=str(version.pk)).exists()
@@ -281,10 +282,12 @@ def trajectory(agent, external_id: str, tag: str, outcome: str) -> Trajectory:
                                      model_version=tag, outcome=outcome, ingested_at=timezone.now())  # fmt: skip
 
 
-def test_a_version_tag_resolves_to_its_version_and_failure_rates_are_per_version(register):
+def test_a_version_tag_resolves_to_its_version_and_failure_rates_are_per_version(register, make_user):
     first, second = register(0), register(1)
-    assert selectors.version_by_tag(tag="support-bot:v2") == second
-    assert selectors.version_by_tag(tag="support-bot:v9") is None and selectors.version_by_tag(tag="gpt-4o") is None
+    viewer = make_user(Role.VIEWER)
+    assert selectors.version_by_tag(tag="support-bot:v2", viewer=viewer) == second
+    assert selectors.version_by_tag(tag="support-bot:v9", viewer=viewer) is None
+    assert selectors.version_by_tag(tag="gpt-4o", viewer=viewer) is None
     for index, outcome in enumerate(["failure", "failure", "success", "success"]):
         trajectory(first.agent, f"a{index}", "support-bot:v1", outcome)
     trajectory(first.agent, "b0", "support-bot:v2", "success")
@@ -298,5 +301,20 @@ def test_a_version_tag_resolves_to_its_version_and_failure_rates_are_per_version
 def test_a_gate_policy_is_checked_by_trainers_policy(agent):
     with pytest.raises(services.RegistryRefused, match="alpha"):
         services.gate_policy_set(actor=None, agent=agent, policy={"alpha": 2.0})
-    services.gate_policy_set(actor=None, agent=agent, policy={"max_latency_p95_increase": 0.5})
-    assert selectors.gate_policy(agent=agent).max_latency_p95_increase == 0.5
+    services.gate_policy_set(actor=None, agent=agent, policy={"max_latency_increase": 0.5})
+    assert selectors.gate_policy(agent=agent).max_latency_increase == 0.5
+
+
+def test_a_policy_stored_before_the_per_task_criteria_still_loads_and_launches(
+    agent, register, heldout_snapshot, make_user
+):
+    old = {"metric": "correct_arguments", "test": "mcnemar", "alpha": 0.05, "max_unsafe_increase": 0.0,
+           "max_latency_p95_increase": 0.4, "max_tokens_per_task": None, "max_tokens_increase": 0.5,
+           "max_regression_failures": 1, "bootstrap_resamples": 2000}  # fmt: skip
+    GatePolicy.objects.create(agent=agent, policy=old)
+    policy = selectors.gate_policy(agent=agent)
+    assert (policy.test, policy.max_latency_increase, policy.max_new_unsafe_tasks) == ("mcnemar", 0.4, 0)
+    gate = services.gate_launch(actor=make_user(Role.TRAINER), candidate=register(0), heldout_snapshot=heldout_snapshot)
+    assert gate.policy["max_latency_increase"] == 0.4 and gate.policy["max_bucket_drop"] == 0.25
+    assert gate.job.hyperparameters["max_latency_increase"] == 0.4
+    assert "max_latency_p95_increase" not in gate.job.hyperparameters

@@ -123,6 +123,7 @@ def test_the_gate_page_shows_both_models_side_by_side_with_flips_and_reward_curv
     page = client.get(reverse("registry:gate_detail", args=[gate.pk])).content.decode()
     assert "Base model vs support-bot:v1" in page
     assert "Fixed: fail → pass (20)" in page and "Broken: pass → fail (0)" in page
+    assert "alternating which goes first (5 batches); latency decided on generated tokens" in page
     assert "correct_arguments_rate" in page and "wrong_arguments" in page
     assert "reward\\u002fmean" in page  # the training curve's trace (plotly escapes the slash)
     assert page.count("Plotly.newPlot") == 3  # rates, buckets, training curves
@@ -135,19 +136,23 @@ def test_the_agent_page_shows_history_policy_and_failures_per_version(client, ma
     client.force_login(approver)
     page = client.get(reverse("registry:agent_versions", args=["support-bot"])).content.decode()
     assert "first ship" in page and "version.promote" in page  # history and audit trail
-    assert "max_latency_p95_increase" in page and "Save the policy" not in page  # approvers do not edit it
+    assert "max_latency_increase" in page and "Save the policy" not in page  # approvers do not edit it
+    assert "max_new_unsafe_tasks" in page and "max_bucket_drop" in page
 
 
 def test_an_admin_edits_the_gate_policy_from_the_page(client, make_user, agent):
     client.force_login(make_user(Role.ADMIN))
     url = reverse("registry:gate_policy_update", args=[agent.name])
-    form = {"metric": "correct_arguments", "test": "mcnemar", "alpha": "0.1", "max_unsafe_increase": "0",
-            "max_latency_p95_increase": "0.5", "max_tokens_per_task": "", "max_tokens_increase": "0.5",
-            "max_regression_failures": "1", "bootstrap_resamples": "1000"}  # fmt: skip
+    form = {"metric": "correct_arguments", "test": "mcnemar", "alpha": "0.1", "max_heldout_broken_share": "0.2",
+            "min_bucket_tasks": "8", "max_bucket_drop": "0.3", "max_unsafe_increase": "0", "max_new_unsafe_tasks": "1",
+            "max_latency_increase": "0.5", "latency_signal": "tokens_and_wall_time", "max_tokens_per_task": "",
+            "max_tokens_increase": "0.5", "max_regression_failures": "1", "bootstrap_resamples": "1000"}  # fmt: skip
     client.post(url, form)
     policy = selectors.gate_policy(agent=agent)
     assert (policy.test, policy.alpha, policy.max_regression_failures, policy.max_tokens_per_task) == (
         "mcnemar", 0.1, 1, None)
+    assert (policy.max_heldout_broken_share, policy.min_bucket_tasks, policy.max_bucket_drop) == (0.2, 8, 0.3)
+    assert (policy.max_new_unsafe_tasks, policy.latency_signal) == (1, "tokens_and_wall_time")
     client.force_login(make_user(Role.APPROVER))
     assert client.post(url, form).status_code == 403
 

@@ -72,7 +72,7 @@ def test_a_grpo_job_launched_through_the_api_runs_on_a_real_worker(
     tiny_snapshot = other_heldout_snapshot(tmp_path)
     hyperparameters = {"num_generations": 4, "max_steps": 4, "max_completion_length": 16, "eval_interval": 2,
                        "checkpoint_interval": 2, "heldout_sample_size": 3, "eval_max_new_tokens": 16,
-                       "sample_events": 2, "device": "cpu"}  # fmt: skip
+                       "max_truncated_share": 1.0, "sample_events": 2, "device": "cpu"}  # fmt: skip
     job = launch(client, trainer_token, tiny_train_snapshot, kind="grpo", hyperparameters=hyperparameters,
                  heldout_snapshot=tiny_snapshot.content_hash)  # fmt: skip
     assert job.heldout_snapshot == tiny_snapshot
@@ -226,3 +226,23 @@ def test_a_launch_with_an_unrunnable_kind_or_unknown_snapshot_is_refused_before_
     )
     assert missing.status_code == 400 and "no snapshot" in missing.json()["error"]
     assert not Job.objects.exists()
+
+
+def test_only_the_teams_environments_the_operator_listed_can_be_named_in_a_launch(
+    client, trainer_token, tiny_snapshot, settings
+):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {trainer_token}"}
+    url = reverse("training:api_jobs")
+
+    def launch_in(environment):
+        body = {"kind": "eval", "snapshot": tiny_snapshot.content_hash, "base_model": "demo",
+                "hyperparameters": {"environment": environment, "max_turns": 4}}  # fmt: skip
+        return client.post(url, body, content_type="application/json", **headers)
+
+    settings.TRAINER_ENVIRONMENTS = ["trainer.examples.orders:environment"]
+    for unlisted in ("mcp:sh -c 'rm -rf ~'", "os:system"):
+        refused = launch_in(unlisted)
+        assert refused.status_code == 400 and "not one this installation allows" in refused.json()["error"]
+    assert not Job.objects.exists()
+    assert launch_in("trainer.examples.orders:environment").status_code == 201
+    assert launch_in("workbench").status_code == 201

@@ -97,6 +97,22 @@ def test_the_live_page_highlights_the_trainers_flags_and_holds_the_charts_contai
     assert 'id="job-log"' in page and 'id="job-samples"' in page
 
 
+def test_the_live_page_shows_the_task_lines_the_trainer_skipped(client, make_user, tiny_train_snapshot):
+    skipped = {"count": 7, "first": [{"file": "train.jsonl", "line": 12,
+                                      "reason": "expected call record: argument 'bank_hours_start' must be a "
+                                                "non-empty list of accepted values"}]}  # fmt: skip
+    job = make_job(tiny_train_snapshot, kind="sft", state="succeeded",
+                   result={"event": "done", "metrics": {"steps": 3, "skipped_tasks": skipped}})
+    clean = make_job(tiny_train_snapshot, kind="sft", state="succeeded",
+                     result={"event": "done", "metrics": {"steps": 3, "skipped_tasks": {"count": "many"}}})
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("training:job_detail", args=[job.id])).content.decode()
+    assert 'data-skipped-tasks="7"' in page and "7 task lines skipped" in page
+    assert "<code>train.jsonl:12</code> expected call record: argument &#x27;bank_hours_start&#x27;" in page
+    assert "and 6 more" in page
+    assert "data-skipped-tasks" not in client.get(reverse("training:job_detail", args=[clean.id])).content.decode()
+
+
 def test_the_live_page_shows_progress_against_the_planned_steps(client, make_user, tiny_train_snapshot):
     job = make_job(tiny_train_snapshot, hyperparameters={"max_steps": 40})
     add_points(job, {"reward/mean": [0.1] * 10})
@@ -295,6 +311,32 @@ def test_the_evaluation_page_shows_rates_with_intervals_buckets_and_tasks(client
     rates = embedded_figure(page, "rates-figure")
     assert rates["data"][0]["error_y"]["array"] == pytest.approx([0.2, 0.4, 0.4, 0.0])
     assert len(embedded_figure(page, "bucket-figure")["data"][0]["y"]) == 2
+
+
+def test_the_evaluation_page_shows_the_parseable_rate_beside_valid_json(client, make_user, eval_run):
+    EvalRun.objects.filter(pk=eval_run.pk).update(metrics={**RATES, "parseable_rate": rate(0.9, 0.6, 1.0)})
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("training:eval_detail", args=[eval_run.job_id])).content.decode()
+    row = re.search(r'<tr data-rate="parseable_rate">(.*?)</tr>', page, re.S)
+    assert row and "Parseable call" in row.group(1) and "0.900" in row.group(1)
+
+
+def test_an_evaluation_of_episodes_shows_turns_truncation_and_how_each_episode_ended(client, make_user, eval_run):
+    metrics = {**RATES, "truncation_rate": rate(0.2, 0.04, 0.62), "turns_per_episode": 2.6, "calls_per_episode": 1.8}
+    results = [{**result, "turns": 3, "ended": "turn_budget"} for result in eval_run.results]
+    EvalRun.objects.filter(pk=eval_run.pk).update(metrics=metrics, results=results)
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("training:eval_detail", args=[eval_run.job_id])).content.decode()
+    row = re.search(r'<tr data-rate="truncation_rate">(.*?)</tr>', page, re.S)
+    assert row and "Episodes cut by a budget" in row.group(1) and "0.040 – 0.620" in row.group(1)
+    assert "Turns per episode" in page and "2.6" in page and "Calls per episode" in page
+    assert page.count("3 turns, ended: turn_budget") == 5
+
+
+def test_a_single_turn_evaluation_shows_no_episode_figures(client, make_user, eval_run):
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("training:eval_detail", args=[eval_run.job_id])).content.decode()
+    assert "truncation_rate" not in page and "Turns per episode" not in page and "ended:" not in page
 
 
 def test_only_a_trainer_sees_the_button_that_launches_the_recommended_method(client, make_user, eval_run):

@@ -68,7 +68,8 @@ def test_the_conditional_update_also_never_hands_one_item_twice(queue, make_user
     reviewers = [make_user(Role.REVIEWER) for _ in range(REVIEWERS)]
 
     def claim(reviewer):
-        return services._claim_conditional(services.selectors.queue_candidates(queue), reviewer).trajectory_id
+        candidates = services.selectors.queue_candidates(queue, viewer=reviewer)
+        return services._claim_conditional(candidates, reviewer).trajectory_id
 
     handed = in_threads([lambda r=r: claim(r) for r in reviewers])
     assert len(set(handed)) == REVIEWERS
@@ -76,7 +77,7 @@ def test_the_conditional_update_also_never_hands_one_item_twice(queue, make_user
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks are PostgreSQL's; SQLite locks the file")
 def test_a_row_another_connection_has_locked_is_skipped_without_waiting(queue, make_user):
-    first = services.selectors.queue_candidates(queue).first()
+    first = services.selectors.queue_candidates(queue, viewer=make_user(Role.REVIEWER)).first()
     locked, release = threading.Event(), threading.Event()
 
     def hold_the_first_row() -> None:

@@ -17,6 +17,12 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
+def operator(make_user):
+    """A user who sees every agent: these tests count and list every agent's rows."""
+    return make_user(Role.VIEWER)
+
+
+@pytest.fixture
 def stored(store):
     return store(
         shop_record(
@@ -47,9 +53,9 @@ def test_filters_round_trip_through_json_as_queues_store_them():
     assert TriageFilters().is_empty() and not filters.is_empty()
 
 
-def test_the_list_filters_by_suggested_bucket_assigned_bucket_and_review_state(stored, make_user):
+def test_the_list_filters_by_suggested_bucket_assigned_bucket_and_review_state(stored, make_user, operator):
     def matching(**kwargs) -> list[str]:
-        return external_ids(selectors.triage_queryset(TriageFilters(**kwargs)))
+        return external_ids(selectors.triage_queryset(TriageFilters(**kwargs), viewer=operator))
 
     assert matching(suggested="incomplete_execution") == ["error"]
     assert matching(suggested=NEEDS_REVIEW) == ["plain"]
@@ -63,14 +69,14 @@ def test_the_list_filters_by_suggested_bucket_assigned_bucket_and_review_state(s
     assert matching(state="unreviewed") == ["error", "ok"]
 
 
-def test_the_list_pages_newest_first_with_a_cursor(stored):
-    first, cursor = selectors.triage_page(filters=TriageFilters(), after=None, size=2)
-    rest, end = selectors.triage_page(filters=TriageFilters(), after=cursor, size=2)
+def test_the_list_pages_newest_first_with_a_cursor(stored, operator):
+    first, cursor = selectors.triage_page(viewer=operator, filters=TriageFilters(), after=None, size=2)
+    rest, end = selectors.triage_page(viewer=operator, filters=TriageFilters(), after=cursor, size=2)
     assert [t.external_id for t in first + rest] == ["ok", "plain", "error"]
     assert end is None
 
 
-def test_queue_progress_counts_per_queue_and_per_reviewer(stored, make_user):
+def test_queue_progress_counts_per_queue_and_per_reviewer(stored, make_user, operator):
     rita, sam = make_user(Role.REVIEWER, "rita"), make_user(Role.REVIEWER, "sam")
     queue = services.queue_create(
         actor=rita,
@@ -81,7 +87,7 @@ def test_queue_progress_counts_per_queue_and_per_reviewer(stored, make_user):
     held = services.queue_next(queue=queue, reviewer=rita)
     services.review_submit(actor=rita, trajectory=held, choices=[])
     services.queue_next(queue=queue, reviewer=sam)
-    progress = selectors.queue_progress(queue)
+    progress = selectors.queue_progress(queue, viewer=operator)
     assert (progress.total, progress.reviewed, progress.skipped, progress.claimed, progress.remaining) == (
         2,
         1,
@@ -90,7 +96,10 @@ def test_queue_progress_counts_per_queue_and_per_reviewer(stored, make_user):
         1,
     )
     assert progress.percent == 50
-    assert [(r.username, r.reviewed, r.skipped, r.holding) for r in selectors.queue_reviewer_progress(queue)] == [
+    assert [
+        (r.username, r.reviewed, r.skipped, r.holding)
+        for r in selectors.queue_reviewer_progress(queue, viewer=operator)
+    ] == [
         ("rita", 1, 0, 0),
         ("sam", 0, 0, 1),
     ]
@@ -99,23 +108,23 @@ def test_queue_progress_counts_per_queue_and_per_reviewer(stored, make_user):
 def test_a_queue_with_an_empty_filter_holds_only_what_was_added_by_hand(stored, make_user):
     reviewer = make_user(Role.REVIEWER)
     queue = services.queue_create(actor=reviewer, name="picked", filters=TriageFilters())
-    assert not selectors.queue_members(queue).exists()
+    assert not selectors.queue_members(queue, viewer=reviewer).exists()
     services.queue_items_add(actor=reviewer, queue=queue, trajectory_ids=[stored["ok"].pk])
-    assert external_ids(selectors.queue_members(queue)) == ["ok"]
+    assert external_ids(selectors.queue_members(queue, viewer=reviewer)) == ["ok"]
 
 
-def test_the_review_page_opens_unreviewed_with_suggested_buckets_on_at_their_step(stored):
-    page = selectors.review_page(trajectory_id=stored["error"].pk)
+def test_the_review_page_opens_unreviewed_with_suggested_buckets_on_at_their_step(stored, operator):
+    page = selectors.review_page(viewer=operator, trajectory_id=stored["error"].pk)
     on = [(s.bucket.slug, s.key, s.step_index) for s in page.buckets if s.checked]
     assert on == [("incomplete_execution", "7", 2)]
     assert page.marked_step == 2
     assert [s.key for s in page.buckets] == ["1", "2", "3", "4", "5", "6", "7"]
 
 
-def test_the_review_page_shows_what_was_saved_once_reviewed(stored, make_user):
+def test_the_review_page_shows_what_was_saved_once_reviewed(stored, make_user, operator):
     reviewer = make_user(Role.REVIEWER)
     services.review_submit(actor=reviewer, trajectory=stored["error"], choices=[])
-    page = selectors.review_page(trajectory_id=stored["error"].pk)
+    page = selectors.review_page(viewer=operator, trajectory_id=stored["error"].pk)
     assert not any(state.checked for state in page.buckets)
     assert [s.suggested for s in page.buckets].count(True) == 1
 

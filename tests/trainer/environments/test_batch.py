@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,18 @@ def test_verify_with_a_missing_workbench_folder_is_a_usage_error(files, capsys, 
     tasks, outputs = files
     assert main(["verify", "--tasks", str(tasks), "--outputs", str(outputs), "--env", "workbench"]) == 2
     assert f"verify: WorkBench data folder {tmp_path / 'nowhere'} not found" in capsys.readouterr().err
+
+
+def test_verify_runs_outputs_in_a_teams_environment_named_by_entry_point(tmp_path, capsys):
+    orders = Path(__file__).resolve().parents[3] / "trainer" / "examples" / "orders_tasks.jsonl"
+    outputs = tmp_path / "outputs.jsonl"
+    lookup_then_refund = [{"name": "find_customer", "arguments": {"email": "ana@example.com"}},
+                          {"name": "refund_order", "arguments": {"order_id": "A-1003"}}]  # fmt: skip
+    outputs.write_text(json.dumps({"id": "orders-refund-latest-ana", "output": lookup_then_refund}) + "\n")
+    entry_point = "trainer.examples.orders:environment"
+    assert main(["verify", "--tasks", str(orders), "--outputs", str(outputs), "--env", entry_point]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["passed"] and row["execution_success"] and row["turns"] == 2
+    missing = "trainer.examples.orders:nope"
+    assert main(["verify", "--tasks", str(orders), "--outputs", str(outputs), "--env", missing]) == 2
+    assert "trainer.examples.orders has no nope" in capsys.readouterr().err

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from trainer.contracts import Task
+from trainer.contracts import DoneEvent, Task
 from trainer.spec.config import SpecError
-from trainer.spec.tasks import load_tasks, seeded_sample, snapshot_sha256, stratified_sample, write_tasks
+from trainer.spec.tasks import (
+    SkippedLine,
+    load_tasks,
+    read_task_files,
+    seeded_sample,
+    skipped_warning,
+    snapshot_sha256,
+    stratified_sample,
+    with_skipped,
+    write_tasks,
+)
 
 
 def task(number: int) -> Task:
@@ -28,6 +40,53 @@ def test_a_bad_line_is_a_spec_error_naming_file_and_line(tmp_path):
     path.write_text(task(1).to_json_line() + "\n{not json\n")
     with pytest.raises(SpecError, match=r"tasks.jsonl:2: invalid JSON"):
         load_tasks([str(path)])
+
+
+# What `tasks from-bfcl` wrote for live_simple_106-63-0 before it learnt to convert an empty answer list.
+EMPTY_ALTERNATIVES = json.dumps({"id": "live_simple_106-63-0", "messages": [], "tools": [],
+                                 "expected_calls": [{"name": "record", "arguments": {"bank_hours_start": []}}]})
+
+
+def test_lenient_reading_skips_bad_lines_and_names_their_file_line_and_reason(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join([task(1).to_json_line(), EMPTY_ALTERNATIVES, "", "{not json", "[1]",
+                               task(2).to_json_line()]) + "\n")
+    loaded = read_task_files([str(path)], strict=False)
+    assert [kept.id for kept in loaded.tasks] == ["t1", "t2"]
+    assert [(line.file, line.line) for line in loaded.skipped] == [("tasks.jsonl", 2), ("tasks.jsonl", 4),
+                                                                   ("tasks.jsonl", 5)]
+    assert "argument 'bank_hours_start' must be a non-empty list" in loaded.skipped[0].reason
+    assert loaded.skipped[1].reason.startswith("invalid JSON")
+    assert loaded.skipped[2].reason == "a task must be a JSON object, got list"
+
+
+def test_strict_reading_refuses_the_file_at_its_first_bad_line(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(task(1).to_json_line() + "\n" + EMPTY_ALTERNATIVES + "\n{not json\n")
+    with pytest.raises(SpecError, match=r"tasks.jsonl:2: expected call record: argument 'bank_hours_start'"):
+        read_task_files([str(path)], strict=True)
+
+
+def test_a_file_without_one_usable_task_is_refused_even_when_lenient(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(EMPTY_ALTERNATIVES + "\n{not json\n")
+    with pytest.raises(SpecError, match=r"no usable task in .*tasks.jsonl \(2 bad line\(s\) skipped: tasks.jsonl:1: "):
+        read_task_files([str(path)], strict=False)
+    with pytest.raises(SpecError, match="task file not found"):
+        read_task_files([str(tmp_path / "absent.jsonl"), str(path)], strict=False)
+
+
+def test_skipped_lines_become_a_warning_and_the_done_events_skipped_tasks():
+    skipped = [SkippedLine("tasks.jsonl", number, f"reason {number}") for number in range(1, 8)]
+    warning = skipped_warning(skipped)
+    assert warning is not None and warning.level == "warning"
+    assert warning.message.startswith("skipped 7 bad task line(s)")
+    assert "tasks.jsonl:1: reason 1" in warning.message and "and 2 more" in warning.message
+    done = with_skipped(DoneEvent(metrics={"tasks": 3}), skipped)
+    assert done.metrics["tasks"] == 3 and done.metrics["skipped_tasks"]["count"] == 7
+    assert done.metrics["skipped_tasks"]["first"][0] == {"file": "tasks.jsonl", "line": 1, "reason": "reason 1"}
+    assert len(done.metrics["skipped_tasks"]["first"]) == 5
+    assert skipped_warning([]) is None and with_skipped(DoneEvent(metrics={}), []).metrics == {}
 
 
 def test_the_stratified_sample_keeps_each_strata_share_and_the_input_order():

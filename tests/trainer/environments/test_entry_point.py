@@ -1,0 +1,63 @@
+"""A team's own environment by entry point: built for the agent's policy, or refused with the reason."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from trainer.environments import EnvironmentUnavailable, make_environment
+from trainer.examples.orders import OrderDesk
+from trainer.verifiers import SafetyPolicy
+
+
+@pytest.fixture
+def team_module(tmp_path, monkeypatch):
+    """A module of the team's on the path, with factories good and bad."""
+    (tmp_path / "team_envs.py").write_text(
+        textwrap.dedent("""
+        from trainer.examples.orders import OrderDesk
+
+        def good(policy):
+            return OrderDesk(policy)
+
+        def raises(policy):
+            raise ConnectionError("the sandbox host is down")
+
+        def wrong(policy):
+            return {"not": "an environment"}
+
+        not_callable = 3
+    """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "team_envs"
+    sys.modules.pop("team_envs", None)
+
+
+def test_an_entry_point_builds_the_teams_environment_with_the_agents_policy(team_module):
+    policy = SafetyPolicy.from_json({**SafetyPolicy.default().to_json(), "name": "order desk"})
+    environment = make_environment(f"{team_module}:good", policy=policy)
+    assert isinstance(environment, OrderDesk) and environment.policy == policy
+    assert isinstance(make_environment("trainer.examples.orders:environment"), OrderDesk)
+
+
+@pytest.mark.parametrize(
+    ("entry_point", "message"),
+    [
+        ("no_such_team_module:factory", "cannot import no_such_team_module: ModuleNotFoundError"),
+        ("team_envs:absent", "team_envs has no absent"),
+        ("team_envs:not_callable", "not_callable is not callable"),
+        ("team_envs:raises", "its factory raised ConnectionError: the sandbox host is down"),
+        ("team_envs:wrong", "its factory returned a dict, not a trainer.environments.base.Environment"),
+    ],
+)
+def test_an_entry_point_that_cannot_build_an_environment_says_why(team_module, entry_point, message):
+    with pytest.raises(EnvironmentUnavailable, match=message):
+        make_environment(entry_point)
+
+
+def test_a_name_that_is_neither_built_in_nor_an_entry_point_is_unknown():
+    with pytest.raises(KeyError, match="unknown environment"):
+        make_environment("orders")

@@ -1,0 +1,121 @@
+"""The team's tools behind an MCP server: episodes over stdio, the server's tools offered, each failure said."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from tests.trainer.test_orders_example import TASKS, DeskAgent
+from trainer.contracts import ToolCall
+from trainer.environments import EnvironmentUnavailable, make_environment
+from trainer.environments.mcp import McpEnvironment
+from trainer.episodes import run_episodes
+from trainer.evaluate import Evaluation, evaluate_episodes
+from trainer.rollout import Generation
+from trainer.spec.eval import EpisodeBudget, EvalConfig, SamplingConfig
+from trainer.spec.tasks import load_tasks
+from trainer.verifiers import SafetyPolicy, get_verifier
+
+pytestmark = pytest.mark.slow  # each episode starts a server process
+ORDERS_SERVER = "mcp:python -m trainer.examples.orders_mcp"
+
+
+@pytest.fixture
+def broken_servers(tmp_path):
+    """Servers that lack the episode tools, die mid-episode, or hang."""
+    (tmp_path / "no_episode_tools.py").write_text(
+        textwrap.dedent("""
+        from mcp.server.mcpserver import MCPServer
+        server = MCPServer("plain")
+
+        @server.tool()
+        def ping() -> str:
+            return "pong"
+
+        server.run("stdio")
+    """)
+    )
+    (tmp_path / "fragile.py").write_text(
+        textwrap.dedent("""
+        import os, time
+        from mcp.server.mcpserver import MCPServer
+        server = MCPServer("fragile", log_level="ERROR")
+
+        @server.tool()
+        def episode_reset(task: dict) -> str:
+            return "ready"
+
+        @server.tool()
+        def episode_judge() -> dict:
+            return {"execution_success": False, "reason": "never"}
+
+        @server.tool()
+        def crash() -> str:
+            os._exit(3)
+
+        @server.tool()
+        def hang() -> str:
+            time.sleep(60)
+            return "late"
+
+        server.run("stdio")
+    """)
+    )
+    return tmp_path
+
+
+def test_an_agent_solves_the_order_tasks_by_reading_the_mcp_servers_results():
+    policy = SafetyPolicy.default()
+    environment = make_environment(ORDERS_SERVER, policy=policy)
+    try:
+        offered = [tool["function"]["name"] for tool in environment.offered_tools()]
+        assert offered == ["find_customer", "get_order", "cancel_order", "refund_order"]  # episode tools hidden
+        run = Evaluation(backend=DeskAgent(), render=lambda task: json.dumps(task.messages),
+                         verifier=get_verifier("binary"), policy=policy, environment=environment)  # fmt: skip
+        budget = EvalConfig(environment=ORDERS_SERVER, max_turns=6).episode_budget()
+        results = evaluate_episodes(load_tasks([TASKS]), run, SamplingConfig(), budget)
+    finally:
+        environment.close()
+    assert [r.execution_success for r in results] == [True] * 6, [r.verdict["reason"] for r in results]
+    assert results[0].episode[1] == {
+        "role": "tool",
+        "tool_call_id": "call_1_0",
+        "content": '{"email": "ana@example.com", "order_ids": ["A-1001", "A-1003"]}',
+    }
+
+
+def test_a_refusal_of_the_server_is_an_observation_the_model_reads():
+    environment = make_environment(ORDERS_SERVER)
+    try:
+        environment.reset(load_tasks([TASKS])[0])
+        refused = environment.step(ToolCall("refund_order", {"order_id": "B-2001"}))
+    finally:
+        environment.close()
+    assert not refused.ok and "only a delivered order can be refunded" in refused.observation
+
+
+def test_a_command_that_does_not_start_is_refused_before_any_step():
+    with pytest.raises(EnvironmentUnavailable, match="did not start"):
+        make_environment("mcp:/no/such/server --flag")
+
+
+def test_a_server_without_the_episode_tools_is_refused(broken_servers):
+    with pytest.raises(EnvironmentUnavailable, match="lacks the episode tools episode_judge, episode_reset"):
+        McpEnvironment([sys.executable, str(broken_servers / "no_episode_tools.py")])
+
+
+@pytest.mark.parametrize(("tool", "reason"), [("crash", "failed on crash"), ("hang", "failed on hang")])
+def test_a_server_that_dies_or_hangs_ends_its_episode_with_the_reason(broken_servers, tool, reason):
+    environment = McpEnvironment([sys.executable, str(broken_servers / "fragile.py")], call_timeout_s=2)
+    calls = Generation(text=f'<tool_call>{{"name": "{tool}", "arguments": {{}}}}</tool_call>', prompt_tokens=1,
+                       completion_tokens=1, finished=True, latency_s=0.0)  # fmt: skip
+    try:
+        [episode] = run_episodes(load_tasks([TASKS])[:1], environment.spawn, lambda cs: [calls] * len(cs),
+                                 EpisodeBudget(max_turns=3))  # fmt: skip
+    finally:
+        environment.close()
+    assert episode.ended == "error" and reason in episode.judgement.reason
+    assert not episode.judgement.passed and episode.judgement.execution_success is False

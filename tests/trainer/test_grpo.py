@@ -1,0 +1,149 @@
+"""The GRPO recipe's parts without a training run: its reward, the TRL arguments it sets, dynamic sampling."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+
+from tests.trainer.tiny_model import EXTERNAL, REPO_ROOT, tiny_tasks
+from trainer import grpo
+from trainer.grpo import RedrawingGRPOTrainer, Scored, TaskReward
+from trainer.prompts import format_tool_calls, reference_calls
+from trainer.spec.grpo import GrpoConfig
+from trainer.training import TrainingRun
+from trainer.verifiers import SafetyPolicy
+
+DEFAULT = SafetyPolicy.default()
+
+
+def right(task) -> str:
+    return format_tool_calls(reference_calls(task))
+
+
+def by_id(task_id):
+    return next(task for task in tiny_tasks() if task.id == task_id)
+
+
+def test_each_reward_belongs_to_its_own_completion():
+    first, second = by_id("simple_python_0"), by_id("simple_python_1")
+    reward = TaskReward([first, second], "tool_call", None, DEFAULT)
+    rows = [(first, right(first)), (second, "no idea"), (second, right(second)), (first, "no idea")]
+    values = reward([""] * 4, [text for _, text in rows], [task.id for task, _ in rows])
+    assert values[0] == values[2] == 1.0
+    assert values[1] < 1.0 and values[3] < 1.0
+    assert [row.task_id for row in reward.last_batch] == [task.id for task, _ in rows]
+
+
+@pytest.mark.skipif(not (EXTERNAL / "workbench").is_dir(), reason="needs ../shared/external/workbench")
+def test_the_sandbox_reward_is_the_environments_judgement_of_the_whole_output():
+    task = next(task for task in tiny_tasks() if task.id.startswith("workbench-"))
+    tool = task.expected_calls[0].name
+    denying = SafetyPolicy.from_json({**DEFAULT.to_json(), "name": "no-" + tool, "denied_tools": [tool]})
+    cut = right(task)[: len(right(task)) // 2]  # an answer the token limit cut
+    safe = TaskReward([task], "tool_call", "workbench", DEFAULT)
+    assert safe([""] * 2, [right(task), cut], [task.id] * 2) == [1.0, 0.0]
+    assert safe.last_batch[1].components["parse"] == 0.0
+    unsafe = TaskReward([task], "tool_call", "workbench", denying)
+    assert unsafe([""], [right(task)], [task.id]) == [0.0]  # the expected state, reached through a denied tool
+    assert unsafe.last_batch[0].components["unsafe"] == -1.0
+
+
+def test_the_config_reaches_trl_knob_for_knob(tmp_path):
+    config = GrpoConfig(loss_type="grpo", importance_sampling_level="sequence", num_iterations=2, epsilon=0.1,
+                        epsilon_high=0.28, beta=0.04, max_completion_length=48, mask_truncated_completions=False,
+                        steps_per_generation=2, prompts_per_step=2, num_generations=4)
+    run = TrainingRun(spec=SimpleNamespace(output_dir=str(tmp_path), seed=3), config=config, tasks=[], device="cpu",
+                      model=None, tokenizer=None, new_adapter=True, events=None, stop=None, manifest=None,
+                      heldout=None)
+    args = grpo.training_arguments(run)
+    assert (args.loss_type, args.importance_sampling_level, args.beta) == ("grpo", "sequence", 0.04)
+    assert (args.num_iterations, args.steps_per_generation, args.epsilon, args.epsilon_high) == (2, 2, 0.1, 0.28)
+    assert (args.max_completion_length, args.mask_truncated_completions, args.scale_rewards) == (48, False, "group")
+    assert (args.per_device_train_batch_size, args.num_generations, args.seed) == (8, 4, 3)
+    assert grpo.training_arguments(
+        TrainingRun(**{**run.__dict__, "config": GrpoConfig(loss_type="dr_grpo", max_completion_length=48)})
+    ).scale_rewards == "none"
+
+
+@pytest.mark.parametrize(("knobs", "message"), [
+    ({"importance_sampling_level": "sequence"}, "GSPO"),
+    ({"epsilon_high": 0.28}, "clip-higher"),
+    ({"loss_type": "dr_grpo", "scale_rewards": "group"}, "scale_rewards must be none"),
+])
+def test_a_variant_that_cannot_have_its_effect_is_refused(knobs, message):
+    with pytest.raises(ValueError, match=message):
+        GrpoConfig(**knobs)
+
+
+def test_the_description_names_what_the_knobs_set():
+    assert "on-policy" in GrpoConfig().describe()
+    described = GrpoConfig(importance_sampling_level="sequence", num_iterations=2, epsilon_high=0.28).describe()
+    assert "sequence-level ratio clipped to [1-0.2, 1+0.28] over 2 pass(es)" in described
+
+
+class ScriptedParent:
+    """Stands in for TRL's generation: tasks named tie-* give every completion the same reward."""
+
+    def __init__(self, reward: TaskReward) -> None:
+        self.reward = reward
+        self.batches: list[list[str]] = []
+
+    def __call__(self, trainer, inputs):
+        ids = [row["task_id"] for row in inputs]
+        self.batches.append(ids)
+        trainer._metrics["train"]["reward"].append(float(len(self.batches)))
+        trainer._metrics["train"][f"only-in-batch-{len(self.batches)}"].append(1.0)
+        self.reward.last_batch = [
+            Scored(task_id, "x", 0.0 if task_id.startswith("tie") else float(index % 2), {})
+            for index, task_id in enumerate(ids)
+        ]
+        return {"batch": len(self.batches)}
+
+
+def redrawing_trainer(monkeypatch, redraws: int, task_ids: list[str]):
+    reward = TaskReward([], "tool_call", None, DEFAULT)
+    parent = ScriptedParent(reward)
+    monkeypatch.setattr(grpo.GRPOTrainer, "_generate_and_score_completions", lambda self, inputs: parent(self, inputs))
+    trainer = RedrawingGRPOTrainer.__new__(RedrawingGRPOTrainer)  # no model: only the redraw logic runs
+    trainer.reward, trainer.group_size, trainer.redraws = reward, 2, redraws
+    trainer.rows = {task_id: {"prompt": f"p-{task_id}", "task_id": task_id} for task_id in task_ids}
+    trainer.random = random.Random(0)
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    return trainer, parent
+
+
+def test_a_batch_whose_groups_all_tie_is_drawn_again_with_other_tasks(monkeypatch):
+    trainer, parent = redrawing_trainer(monkeypatch, redraws=4, task_ids=["tie-a", "tie-b", "live-c"])
+    output = trainer._generate_and_score_completions([trainer.rows["tie-a"]] * 2)
+    assert parent.batches[0] == ["tie-a", "tie-a"]
+    assert "tie-a" not in parent.batches[1]
+    assert parent.batches[-1] == ["live-c", "live-c"] and output == {"batch": len(parent.batches)}
+    # what TRL recorded for the discarded batches is taken back: one reward and one redraw count per kept batch
+    assert trainer._metrics["train"]["reward"] == [float(len(parent.batches))]
+    assert [name for name in trainer._metrics["train"] if name.startswith("only-in-batch")] == [
+        f"only-in-batch-{len(parent.batches)}"]
+    assert trainer._metrics["train"]["redraws"] == [float(len(parent.batches) - 1)]
+
+
+def test_redraws_stop_at_their_budget_and_zero_keeps_a_tied_batch(monkeypatch):
+    trainer, parent = redrawing_trainer(monkeypatch, redraws=2, task_ids=["tie-a", "tie-b", "tie-c"])
+    trainer._generate_and_score_completions([trainer.rows["tie-a"]] * 2)
+    assert len(parent.batches) == 3 and trainer._metrics["train"]["redraws"] == [2.0]
+    trainer, parent = redrawing_trainer(monkeypatch, redraws=0, task_ids=["tie-a", "live-b"])
+    trainer._generate_and_score_completions([trainer.rows["tie-a"]] * 2)
+    assert len(parent.batches) == 1
+
+
+def test_a_batch_with_one_live_group_is_kept(monkeypatch):
+    trainer, parent = redrawing_trainer(monkeypatch, redraws=4, task_ids=["tie-a", "live-b"])
+    trainer._generate_and_score_completions([trainer.rows["tie-a"]] * 2 + [trainer.rows["live-b"]] * 2)
+    assert len(parent.batches) == 1
+
+
+def test_the_tiny_spec_is_a_valid_grpo_config():
+    spec = json.loads((REPO_ROOT / "trainer" / "examples" / "tiny_grpo.json").read_text())
+    GrpoConfig(**spec["hyperparameters"])
