@@ -146,8 +146,12 @@ def _start(task: Task, environment: Environment) -> Episode:
     offered = environment.offered_tools()
     if offered is not None:
         task = replace(task, tools=offered)
-    environment.reset(task)
-    return Episode(task=task, environment=environment)
+    episode = Episode(task=task, environment=environment)
+    try:
+        environment.reset(task)
+    except Exception as error:  # noqa: BLE001 - an episode that cannot start fails alone, with the reason
+        episode.ended, episode.failure = ERROR, f"environment error at reset: {type(error).__name__}: {error}"
+    return episode
 
 
 def _take_turn(episode: Episode, reply: Reply, budget: EpisodeBudget) -> None:

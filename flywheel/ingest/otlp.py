@@ -24,7 +24,7 @@ from typing import Any
 from django.utils import timezone
 
 from flywheel.ingest.models import OtlpSpan
-from flywheel.ingest.parsers.otlp import span_problem
+from flywheel.ingest.parsers.otlp import span_agent, span_problem
 from flywheel.ingest.reader import decode_any, tree_problem
 
 SOURCE = "otlp"
@@ -240,6 +240,20 @@ def export_decode(body: bytes, content_type: str) -> Export:
     except (ValueError, RecursionError) as exc:
         raise ExportError(f"the body is not valid OTLP/JSON: {exc}") from exc
     return export_from_json(export)
+
+
+def foreign_spans_refuse(export: Export, allowed: frozenset[str] | None) -> None:
+    """Refuse, before anything is stored, the spans that name an agent outside `allowed` (None: any)."""
+    if allowed is None:
+        return
+    kept = []
+    for span in export.spans:
+        agent = span_agent(span)
+        if agent in allowed:
+            kept.append(span)
+        else:
+            export.refused.append(f"span {span['name'][:80]!r}: agent {agent!r}: not an agent you are a member of")
+    export.spans = kept
 
 
 def spans_store(spans: list[dict[str, Any]]) -> set[str]:

@@ -40,6 +40,7 @@ class RawRecord:
     line: int
     value: dict[str, Any] | None = None
     error: str | None = None
+    size: int | None = None  # the record's length as read (bytes of its line, characters of an array item)
 
 
 class FileProblem(Exception):
@@ -123,7 +124,8 @@ def _strings_problem(container: dict[Any, Any]) -> str | None:
 def _string_problem(text: str) -> str | None:
     if "\x00" in text:
         return NUL_REASON
-    if _SURROGATE.search(text):
+    # Most text is ASCII, which holds no surrogate: the check costs a scan in C, not a regex search.
+    if not text.isascii() and _SURROGATE.search(text):
         return SURROGATE_REASON
     return None
 
@@ -292,7 +294,7 @@ def _jsonl_record(raw: bytes, number: int, limits: ReadLimits) -> RawRecord:
     value, problem = decode_object(text, limits.max_depth)
     if problem and not raw.endswith(b"\n") and problem.startswith("not valid JSON"):
         problem = f"the file ends mid-record (truncated last line): {problem}"
-    return RawRecord(number, value=value, error=problem)
+    return RawRecord(number, value=value, error=problem, size=len(raw))
 
 
 class _ArrayCursor:
@@ -367,8 +369,9 @@ def _array_item(cursor: _ArrayCursor, limits: ReadLimits) -> RawRecord:
                 return RawRecord(line, error=f"nesting deeper than {limits.max_depth} levels")
             _read_more(cursor, limits, line, "the file ends inside a deeply nested item (truncated)")
     problem = _item_problem(cursor.text[cursor.pos : end], value, limits.max_depth)
+    size = end - cursor.pos
     cursor.advance(end)
-    return RawRecord(line, value=None if problem else value, error=problem)
+    return RawRecord(line, value=None if problem else value, error=problem, size=size)
 
 
 def _read_more(cursor: _ArrayCursor, limits: ReadLimits, line: int, reason_at_end: str) -> None:

@@ -268,9 +268,10 @@ def _prepare(record: RawRecord, options: IngestOptions) -> _Pending | ItemResult
         )
     if options.agents_allowed is not None and parsed.agent not in options.agents_allowed:
         return ItemResult(record.line, "rejected", reason=f"agent {parsed.agent!r}: not an agent you are a member of")
-    # Only records without an id dedupe on content; the others are serialized for their size alone.
+    # Only records without an id dedupe on content; the others need only their size, which the
+    # reader measured as it read them (serialized here only for records built in memory).
     if parsed.external_id:
-        content_hash, size = "", len(_compact_json(value))
+        content_hash, size = "", record.size if record.size is not None else len(_compact_json(value))
     else:
         canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         content_hash, size = hashlib.sha256(canonical.encode()).hexdigest(), len(canonical)

@@ -149,3 +149,23 @@ def test_the_token_budget_counts_every_turn():
 def test_a_budget_needs_a_turn_and_a_token():
     with pytest.raises(ValueError):
         EpisodeBudget(max_turns=0)
+
+
+class PickyLocker(Locker):
+    def reset(self, task: Task) -> None:
+        if task.id == "a":
+            raise ConnectionError("the locker service is down")
+        super().reset(task)
+
+
+def test_an_episode_whose_environment_cannot_start_fails_alone_and_is_never_asked_to_answer():
+    asked = []
+
+    def replies(conversations):
+        asked.extend(c.id for c in conversations)
+        return reader(conversations)
+
+    broken, fine = run_episodes([task("a"), task("b")], PickyLocker, replies, EpisodeBudget())
+    assert broken.ended == "error"
+    assert "at reset: ConnectionError: the locker service is down" in broken.judgement.reason
+    assert broken.turns == [] and set(asked) == {"b"} and fine.judgement.passed

@@ -128,6 +128,13 @@ def _tools_check(tools: list[Any]) -> None:
         raise RecordError(f"gen_ai.tool.definitions: {' '.join(exc.messages)}") from None
 
 
+def span_agent(span: dict[str, Any]) -> str:
+    """The agent one span names on its own (its attributes, else its resource), as a trace names it."""
+    resource = span.get("resource") or {}
+    named = _first([resource, span.get("attributes") or {}], "flywheel.agent", "gen_ai.agent.name")
+    return slugify(named or resource.get("service.name") or "")[:100]
+
+
 def _first(attribute_sets: list[dict[str, Any]], *names: str) -> Any:
     for name in names:
         for attributes in attribute_sets:

@@ -252,3 +252,22 @@ def test_a_trace_never_freezes_after_a_bad_span(client, make_user):
                       endTimeUnixNano="1700000002000000000")  # fmt: skip
     assert post_otlp(client, token, json.dumps(export(later))).status_code == 200
     assert Trajectory.objects.get(external_id=TRACE_A).final_result == "Bye"
+
+
+@pytest.mark.django_db
+def test_an_outsider_s_spans_for_another_agent_are_refused_before_anything_is_stored(client, make_user):
+    from flywheel.core.services import agent_create
+    from flywheel.ingest.models import OtlpSpan
+
+    own = agent_create(actor=None, name="own-bot")
+    agent_create(actor=None, name="json-bot")
+    outsider = make_user(Role.REVIEWER, agents=[own])
+    token = api_token_create(user=outsider, name="otel")[1]
+    response = post_otlp(client, token, json.dumps(export(chat_span(TRACE_A, "b7ad6b7169203331"))))
+    partial = response.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == 1
+    assert "agent 'json-bot': not an agent you are a member of" in partial["errorMessage"]
+    assert not OtlpSpan.objects.exists() and not Trajectory.objects.exists()
+    member = api_token_create(user=make_user(Role.REVIEWER), name="otel")[1]  # all agents
+    assert post_otlp(client, member, json.dumps(export(chat_span(TRACE_A, "b7ad6b7169203331")))).json() == {}
+    assert Trajectory.objects.get().agent.name == "json-bot"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 
@@ -119,3 +120,16 @@ def test_a_server_that_dies_or_hangs_ends_its_episode_with_the_reason(broken_ser
         environment.close()
     assert episode.ended == "error" and reason in episode.judgement.reason
     assert not episode.judgement.passed and episode.judgement.execution_success is False
+
+
+def test_an_eval_job_over_an_mcp_server_runs_episodes_and_exits(tmp_path):
+    from tests.trainer.tiny_model import REPO_ROOT, write_spec
+
+    spec = write_spec(tmp_path / "run.json", task_paths=[str(TASKS)],
+                      hyperparameters={"environment": ORDERS_SERVER, "max_turns": 2, "max_new_tokens": 8,
+                                       "sample_size": 2})  # fmt: skip
+    completed = subprocess.run([sys.executable, "-m", "trainer", "eval", "--spec", str(spec)], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=240)  # an open client would hang the exit
+    events = [json.loads(line) for line in completed.stdout.splitlines() if line.strip()]
+    assert completed.returncode == 0 and events[-1]["event"] == "done", completed.stderr[-2000:]
+    assert events[-1]["metrics"]["tasks"] == 2 and events[-1]["metrics"]["execution_success_rate"]["n"] == 2
