@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import secrets
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from django.utils import timezone
 
 from flywheel.core.models import Agent, ApiToken, AuditEvent, Capability
 from flywheel.core.roles import PERMISSION_DESCRIPTIONS, ROLE_PERMISSIONS, Perm, Role
+
+logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "fwk_"
 ALL_SCOPES: tuple[str, ...] = tuple(ApiToken.Scope.values)
@@ -227,3 +230,19 @@ def demo_users_ensure(*, logins_file: Path) -> dict[str, str]:
     logins_file.write_text(json.dumps(logins, indent=2))
     logins_file.chmod(0o600)
     return {f"demo-{role}": password for role, password in logins.items()}
+
+
+def outbox_send(*, send: Callable[[str], Any], model: type[models.Model], row_id: Any) -> bool:
+    """Hand a committed row's message to the broker (`send(id)`, a task's `delay`) and mark the row
+    dispatched; False, logged, when the broker refused: the row waits, queued, for its sweeper.
+
+    Never raises for the broker: the row is committed already (the transactional-outbox pattern).
+    """
+    try:
+        send(str(row_id))
+    except Exception:  # any broker failure
+        logger.warning("%s %s stays queued: the broker did not take its message", model._meta.model_name, row_id,
+                       exc_info=True)
+        return False
+    model._default_manager.filter(pk=row_id).update(dispatched_at=timezone.now())
+    return True

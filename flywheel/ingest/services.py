@@ -41,7 +41,7 @@ from django.utils import timezone
 from flywheel.core.db import bulk_insert
 from flywheel.core.models import Agent
 from flywheel.core.selectors import ingest_agent_names
-from flywheel.core.services import audit_record, tools_normalize
+from flywheel.core.services import audit_record, outbox_send, tools_normalize
 from flywheel.ingest.catalogue import Observed, catalogues_update, observe_calls
 from flywheel.ingest.models import Step, Trajectory, Upload
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajectory, RecordError, parse_record
@@ -561,19 +561,10 @@ class UploadLost(Exception):
 
 
 def upload_dispatch(*, upload_id: UUID) -> bool:
-    """Hand the upload's message to the broker and mark it dispatched; False (logged) when the broker refused.
-
-    Never raises for the broker: the row is committed already, and the sweeper re-sends what was not sent.
-    """
+    """Hand the upload's message to the broker and mark it dispatched; False (logged) when the broker refused."""
     from flywheel.ingest.tasks import process_upload
 
-    try:
-        process_upload.delay(str(upload_id))
-    except Exception:  # any broker failure: the upload waits, queued, for the sweeper
-        logger.warning("upload %s stays queued: the broker did not take its message", upload_id, exc_info=True)
-        return False
-    Upload.objects.filter(pk=upload_id).update(dispatched_at=timezone.now())
-    return True
+    return outbox_send(send=process_upload.delay, model=Upload, row_id=upload_id)
 
 
 def uploads_sweep(

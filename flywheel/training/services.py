@@ -12,7 +12,6 @@ re-sends queued jobs whose message was never sent or was sent long ago and never
 from __future__ import annotations
 
 import json
-import logging
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -24,7 +23,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from flywheel.core.models import Agent
-from flywheel.core.services import Actor, actor_user, audit_record
+from flywheel.core.services import Actor, actor_user, audit_record, outbox_send
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.datasets.services import snapshot_subset_create
 from flywheel.training.models import (
@@ -52,8 +51,6 @@ from trainer.contracts import (
 from trainer.environments import environment_names
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.kinds import config_class
-
-logger = logging.getLogger(__name__)
 
 # The kinds trainer runs today; gate arrives with the registry.
 RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE, JobKind.MINE)
@@ -108,13 +105,7 @@ def job_dispatch(*, job_id: Any) -> bool:
     """Hand the job's message to the broker and mark it dispatched; False (logged) when the broker refused."""
     from flywheel.training.tasks import run_job
 
-    try:
-        run_job.delay(str(job_id))
-    except Exception:  # any broker failure: the job waits, queued, for the sweeper
-        logger.warning("job %s stays queued: the broker did not take its message", job_id, exc_info=True)
-        return False
-    Job.objects.filter(pk=job_id).update(dispatched_at=timezone.now())
-    return True
+    return outbox_send(send=run_job.delay, model=Job, row_id=job_id)
 
 
 def jobs_redispatch(*, resend_after: timedelta | None = None, grace: timedelta | None = None) -> list[Any]:
