@@ -108,6 +108,41 @@ class TaskMetadata:
         return cls(**known)
 
 
+@dataclass(frozen=True)
+class EpisodeSetup:
+    """Where a task's episode starts and what a solved one ends in, for a task played as an episode.
+
+    `environment` names the environment that plays it (as a job's `environment` does; None: the
+    job's); `start_state` is what that environment starts from (its own shape: WorkBench takes
+    none, `replay` the recorded calls and results of a production trajectory); `expected_state`,
+    where set, is the end state a solved episode reaches, in the environment's own shape. A task
+    with an expected state may leave `expected_calls` empty: the end state judges it.
+    """
+
+    environment: str | None = None
+    start_state: dict[str, Any] = field(default_factory=dict)
+    expected_state: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"environment": self.environment, "start_state": self.start_state}
+        if self.expected_state is not None:
+            data["expected_state"] = self.expected_state
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str) -> EpisodeSetup:
+        environment = data.get("environment")
+        if environment is not None and not (isinstance(environment, str) and environment.strip()):
+            raise ContractError(f"{where}: episode 'environment' must be a non-empty string or null")
+        start_state = data.get("start_state") or {}
+        if not isinstance(start_state, dict):
+            raise ContractError(f"{where}: episode 'start_state' must be an object")
+        expected_state = data.get("expected_state")
+        if expected_state is not None and not isinstance(expected_state, dict):
+            raise ContractError(f"{where}: episode 'expected_state' must be an object or null")
+        return cls(environment=environment, start_state=start_state, expected_state=expected_state)
+
+
 def openai_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     """Return `tool` in OpenAI chat form, accepting bare and Responses-API (flat) forms too."""
     if "function" in tool and isinstance(tool["function"], Mapping):
@@ -121,7 +156,11 @@ def openai_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Task:
-    """One item to verify against: the chat, the tools offered and the expected calls."""
+    """One item to verify against: the chat, the tools offered and the expected calls.
+
+    `episode`, where set, makes the task an episode: the environment, its starting state and the
+    expected end state (`EpisodeSetup`); the expected calls are then the reference episode's calls.
+    """
 
     id: str
     messages: list[dict[str, Any]]
@@ -130,12 +169,15 @@ class Task:
     no_call_expected: bool = False
     order_sensitive: bool = False
     metadata: TaskMetadata = field(default_factory=TaskMetadata)
+    episode: EpisodeSetup | None = None
 
     def __post_init__(self) -> None:
         if self.no_call_expected and self.expected_calls:
             raise ContractError(f"task {self.id}: no_call_expected is set but expected_calls is not empty")
-        if not self.no_call_expected and not self.expected_calls:
-            raise ContractError(f"task {self.id}: expected_calls is empty; set no_call_expected instead")
+        judged_by_state = self.episode is not None and self.episode.expected_state is not None
+        if not self.no_call_expected and not self.expected_calls and not judged_by_state:
+            raise ContractError(f"task {self.id}: expected_calls is empty; set no_call_expected "
+                                "(or an episode's expected_state) instead")
 
     @cached_property
     def tool_schemas(self) -> dict[str, dict[str, Any]]:
@@ -154,6 +196,8 @@ class Task:
         metadata = self.metadata.to_json()
         if metadata:
             data["metadata"] = metadata
+        if self.episode is not None:
+            data["episode"] = self.episode.to_json()
         return data
 
     def to_json_line(self) -> str:
@@ -166,6 +210,9 @@ class Task:
         messages = _require(data, "messages", list, where)
         tools = _require(data, "tools", list, where)
         expected = _require(data, "expected_calls", list, where)
+        episode = data.get("episode")
+        if episode is not None and not isinstance(episode, Mapping):
+            raise ContractError(f"{where}: 'episode' must be an object")
         return cls(
             id=str(task_id),
             messages=messages,
@@ -174,6 +221,7 @@ class Task:
             no_call_expected=bool(data.get("no_call_expected", False)),
             order_sensitive=bool(data.get("order_sensitive", False)),
             metadata=TaskMetadata.from_json(data.get("metadata") or {}),
+            episode=EpisodeSetup.from_json(episode, where) if episode is not None else None,
         )
 
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from trainer.contracts import Task, ToolCall
 from trainer.environments.base import Environment, Judgement
 from trainer.parsing import NO_CALL, parse_tool_calls
-from trainer.spec.eval import EpisodeBudget
+from trainer.spec.environments import EpisodeBudget
 
 ANSWERED, DONE, UNREADABLE, ERROR, TURN_BUDGET, TOKEN_BUDGET = (
     "answered", "done", "unreadable", "error", "turn_budget", "token_budget",

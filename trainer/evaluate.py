@@ -38,7 +38,8 @@ from trainer.parsing import NO_CALL, parse_tool_calls
 from trainer.recommend import recommend
 from trainer.rollout import Generation, GenerationBackend, GenerationHooks, open_runtime
 from trainer.spec.config import SpecError, config_from_json
-from trainer.spec.eval import EpisodeBudget, EvalConfig, SamplingConfig, safety_policy
+from trainer.spec.environments import EpisodeBudget
+from trainer.spec.eval import EvalConfig, SamplingConfig, safety_policy
 from trainer.spec.tasks import (
     last_user_text,
     read_task_files,

@@ -54,7 +54,8 @@ from trainer.jobs import EventStream, JobStopped, StopFlag
 from trainer.rollout import GenerationHooks, Runtime, TransformersBackend, backend_choice, open_runtime
 from trainer.spec.adapters import verify_adapter
 from trainer.spec.config import SpecError, config_from_json
-from trainer.spec.eval import EpisodeBudget, SamplingConfig, safety_policy
+from trainer.spec.environments import EpisodeBudget
+from trainer.spec.eval import SamplingConfig, safety_policy
 from trainer.spec.gate import GateConfig, Policy
 from trainer.spec.tasks import (
     SkippedLine,

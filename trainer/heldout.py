@@ -86,6 +86,6 @@ def heldout_evaluator(spec: RunSpec, config: TrainingConfig, device: str,
     assert config.eval_max_new_tokens is not None, "the skeleton resolves the limit before the evaluator is built"
     return HeldoutEvaluator(
         tasks, tokenizer, pick_device(device), get_verifier(config.verifier, policy), policy,
-        config.eval_max_new_tokens, config.eval_batch_size, execution_environment(config.heldout_environment(), policy),
+        config.eval_max_new_tokens, config.eval_batch_size, execution_environment(config.environment, policy),
         spec.seed, loaded.skipped,
     )  # fmt: skip

@@ -15,6 +15,7 @@ generation. Generation itself is `trainer.rollout`'s job.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -22,6 +23,8 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,7 +110,23 @@ def ensure_demo_model(cache: Path) -> Path:
     folder = cache / DEMO.folder
     if (folder / CONVERTED_MARKER).is_file():
         return folder
-    return convert_gguf(fetch_demo_gguf(cache), folder)
+    with _install_lock(cache):
+        if (folder / CONVERTED_MARKER).is_file():
+            return folder
+        return convert_gguf(fetch_demo_gguf(cache), folder)
+
+
+@contextmanager
+def _install_lock(cache: Path) -> Iterator[None]:
+    """Hold the cache's install lock: two jobs starting at once on one host would otherwise both
+    extract and convert, and the second rename would find the first one's partial file gone."""
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".install.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def fetch_demo_gguf(cache: Path) -> Path:
@@ -150,7 +169,10 @@ def converted_gguf(gguf: Path, cache: Path) -> Path:
     folder = cache / f"{gguf.stem}-{_sha256(gguf)[:12]}"
     if (folder / CONVERTED_MARKER).is_file():
         return folder
-    return convert_gguf(gguf, folder)
+    with _install_lock(cache):
+        if (folder / CONVERTED_MARKER).is_file():
+            return folder
+        return convert_gguf(gguf, folder)
 
 
 def convert_gguf(gguf: Path, folder: Path) -> Path:

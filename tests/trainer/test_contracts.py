@@ -21,6 +21,16 @@ def test_it_round_trips_a_task():
     assert Task.from_json(task.to_json()) == task
 
 
+def test_it_round_trips_an_episode_task_judged_by_its_end_state_alone():
+    episode = {"environment": "trainer.examples.orders:environment", "start_state": {"orders": {"A1": "open"}},
+               "expected_state": {"orders": {"A1": "refunded"}}}
+    task = Task.from_json(task_json(expected_calls=[], episode=episode))
+    assert task.episode is not None and task.episode.start_state == {"orders": {"A1": "open"}}
+    assert task.to_json()["episode"] == episode
+    assert Task.from_json(task.to_json()) == task
+    assert "episode" not in Task.from_json(task_json()).to_json()
+
+
 @pytest.mark.parametrize(
     "tool",
     [{"name": "f", "description": "", "parameters": {"type": "object"}},
@@ -40,6 +50,11 @@ def test_it_accepts_tools_in_bare_and_flat_form(tool):
         ({"expected_calls": [{"name": "f", "arguments": {"x": 1}}]}, "argument 'x' must be a non-empty list"),
         ({"tools": [{"description": "no name"}]}, "tool: missing 'name'"),
         ({"metadata": {"split": 3}}, "'split' must be a string"),
+        ({"episode": []}, "'episode' must be an object"),
+        ({"episode": {"environment": ""}}, "episode 'environment' must be a non-empty string"),
+        ({"episode": {"start_state": [1]}}, "episode 'start_state' must be an object"),
+        ({"episode": {"expected_state": "done"}}, "episode 'expected_state' must be an object or null"),
+        ({"expected_calls": [], "episode": {"environment": "replay"}}, "expected_calls is empty"),
     ],
 )
 def test_it_rejects_a_malformed_task_naming_the_field(overrides, message):

@@ -12,7 +12,7 @@ from trainer.contracts import ExpectedCall, Task, ToolCall
 from trainer.environments.base import Environment, Judgement, StepResult
 from trainer.episodes import run_episodes
 from trainer.prompts import format_tool_calls
-from trainer.spec.eval import EpisodeBudget
+from trainer.spec.environments import EpisodeBudget
 
 
 @dataclass(frozen=True)

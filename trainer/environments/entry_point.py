@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 from trainer.environments.base import Environment
-from trainer.spec.eval import ENTRY_POINT
+from trainer.spec.environments import ENTRY_POINT
 from trainer.verifiers.safety import SafetyPolicy
 
 

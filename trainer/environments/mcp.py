@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from trainer.contracts import Task, ToolCall
 from trainer.environments.base import Environment, Judgement, StepResult
 from trainer.environments.entry_point import EnvironmentUnavailable
-from trainer.spec.eval import MCP_PREFIX
+from trainer.spec.environments import MCP_PREFIX
 from trainer.verifiers.safety import SafetyPolicy, check_task_calls
 
 RESET_TOOL, JUDGE_TOOL = "episode_reset", "episode_judge"

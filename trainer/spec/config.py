@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from trainer.spec.environments import EpisodeBudget, check_executing_environment
 from trainer.verifiers import DEFAULT_VERIFIER, verifier_names
 
 ConfigT = TypeVar("ConfigT")
@@ -115,6 +116,14 @@ class TrainingConfig:
     lora_target_modules: str = field(default="all-linear", metadata={
         "help": "Modules to adapt: all-linear, or a comma-separated list such as q_proj,v_proj."})
     verifier: str = field(default=DEFAULT_VERIFIER, metadata={"help": "Verifier of the held-out evaluations."})
+    environment: str | None = field(default=None, metadata={
+        "help": "Where calls run: workbench, a Python entry point 'package.module:factory' or an MCP server "
+                "'mcp:<command>'; null for none (the verifier alone judges)."})
+    max_turns: int = field(default=1, metadata={
+        "help": "Model turns per episode; above 1 the model reads each call's result and answers again (needs an "
+                "environment)."})
+    max_episode_tokens: int | None = field(default=None, metadata={
+        "help": "Most tokens generated over a whole episode; null for max_turns x the per-answer limit."})
     eval_interval: int = field(default=0, metadata={
         "help": "Evaluate on the held-out tasks every this many steps; 0 for only at the start and the end."})
     heldout_sample_size: int | None = field(default=50, metadata={
@@ -149,11 +158,20 @@ class TrainingConfig:
             raise ValueError(f"unknown verifier {self.verifier!r}; known: {', '.join(verifier_names())}")
         if self.heldout_sample_size is not None and self.heldout_sample_size < 1:
             raise ValueError("heldout_sample_size must be at least 1 (or null for all)")
+        check_executing_environment(self.environment)
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        if self.max_turns > 1 and self.environment is None:
+            raise ValueError("max_turns above 1 plays episodes, whose calls need an environment to run in")
+        if self.max_episode_tokens is not None and self.max_episode_tokens < 1:
+            raise ValueError("max_episode_tokens must be at least 1 (or null)")
         self.lora().check()
+
+    def episode_budget(self, per_answer: int) -> EpisodeBudget | None:
+        """How long each episode may run, `per_answer` being the most tokens of one answer; None: one turn."""
+        if self.max_turns == 1:
+            return None
+        return EpisodeBudget(self.max_turns, self.max_episode_tokens or self.max_turns * per_answer)
 
     def lora(self) -> LoraSettings:
         return LoraSettings(self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_target_modules)
-
-    def heldout_environment(self) -> str | None:
-        """The environment the held-out evaluations execute calls in; None for none."""
-        return None

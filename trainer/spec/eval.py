@@ -7,34 +7,16 @@ an evaluation's generation settings before queueing it.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.contracts import ContractError
 from trainer.spec.config import SpecError, strict_tasks_field
+from trainer.spec.environments import EXECUTING_ENVIRONMENTS, EpisodeBudget, check_executing_environment
 from trainer.verifiers import SafetyPolicy, verifier_names
 
 BACKENDS = ("transformers", "vllm", "auto")
-# Environments that execute calls against a state; single_step only re-verifies, so it has no end state.
-EXECUTING_ENVIRONMENTS = ("workbench",)
-# A team's own environment: `package.module:factory` (trainer.environments.entry_point builds it), or
-# `mcp:<command>`, an MCP server over stdio (trainer.environments.mcp).
-ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-MCP_PREFIX = "mcp:"
-
-
-def check_executing_environment(name: str | None) -> None:
-    """A ValueError unless `name` is null, a built-in executing environment, an entry point or an MCP command."""
-    if name is None or name in EXECUTING_ENVIRONMENTS or ENTRY_POINT.match(name):
-        return
-    if name.startswith(MCP_PREFIX) and name[len(MCP_PREFIX) :].strip():
-        return
-    raise ValueError(f"environment must be one of {', '.join(EXECUTING_ENVIRONMENTS)}, a Python entry point "
-                     "'package.module:factory', an MCP server 'mcp:<command>', or null")
-
-
 @dataclass(frozen=True)
 class SamplingConfig:
     """How to sample; `temperature` 0 means greedy decoding."""
@@ -55,18 +37,6 @@ class SamplingConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
-
-
-@dataclass(frozen=True)
-class EpisodeBudget:
-    """How long an episode may run (`trainer.episodes`): model turns, and tokens generated over all of them."""
-
-    max_turns: int = 8
-    max_tokens: int = 2048
-
-    def __post_init__(self) -> None:
-        if self.max_turns < 1 or self.max_tokens < 1:
-            raise ValueError("an episode needs at least one turn and one token")
 
 
 @dataclass(frozen=True)
@@ -116,7 +86,8 @@ class EvalConfig:
             raise ValueError("max_turns must be at least 1")
         if self.max_turns > 1 and self.environment is None:
             raise ValueError("max_turns above 1 plays episodes, whose calls need an environment to run in: "
-                             f"set environment ({', '.join(EXECUTING_ENVIRONMENTS)} or 'package.module:factory')")
+                             f"set environment ({', '.join(EXECUTING_ENVIRONMENTS)}, 'package.module:factory' or "
+                             "'mcp:<command>')")
         self.sampling(seed=0)  # SamplingConfig checks the generation settings
         self.episode_budget()
 

@@ -25,7 +25,6 @@ from trainer.verifiers import DEFAULT_VERIFIER
 LOSS_TYPES = ("dapo", "dr_grpo", "grpo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
-ENVIRONMENTS = ("workbench",)
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,6 @@ class GrpoConfig(TrainingConfig):
                 "+ 16). A run whose limit would cut more than max_truncated_share of them is refused."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the generations."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass of the generations."})
-    environment: str | None = field(default=None, metadata={
-        "help": "workbench: reward the sandbox's execution success instead of the verifier's reward; null for none."})
     sample_events: int = field(default=8, metadata={"help": "Completions shown per checkpoint."})
 
     def __post_init__(self) -> None:
@@ -89,8 +86,6 @@ class GrpoConfig(TrainingConfig):
             raise ValueError("beta (the KL coefficient) must be 0 or more")
         if not self.temperature > 0:
             raise ValueError("temperature must be above 0: GRPO needs varied completions")
-        if self.environment not in (None, *ENVIRONMENTS):
-            raise ValueError(f"environment must be one of {', '.join(ENVIRONMENTS)} or null")
 
     def _check_variant(self) -> None:
         if self.scale_rewards not in (None, *SCALE_REWARDS):
@@ -132,6 +127,3 @@ class GrpoConfig(TrainingConfig):
         if self.beta:
             parts.append(f"KL {self.beta:g}")
         return ", ".join(parts)
-
-    def heldout_environment(self) -> str | None:
-        return self.environment

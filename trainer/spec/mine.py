@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainer.spec.config import check_at_least, strict_tasks_field
-from trainer.spec.eval import BACKENDS, SamplingConfig, check_executing_environment
+from trainer.spec.environments import check_executing_environment
+from trainer.spec.eval import BACKENDS, SamplingConfig
 from trainer.verifiers import DEFAULT_VERIFIER, verifier_names
 
 

@@ -16,7 +16,8 @@ from trainer.environments.mcp import McpEnvironment
 from trainer.episodes import run_episodes
 from trainer.evaluate import Evaluation, evaluate_episodes
 from trainer.rollout import Generation
-from trainer.spec.eval import EpisodeBudget, EvalConfig, SamplingConfig
+from trainer.spec.environments import EpisodeBudget
+from trainer.spec.eval import EvalConfig, SamplingConfig
 from trainer.spec.tasks import load_tasks
 from trainer.verifiers import SafetyPolicy, get_verifier
 

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from trainer.spec.config import SpecError, TrainingConfig, config_from_json
+from trainer.spec.environments import EpisodeBudget
 from trainer.spec.grpo import GrpoConfig
 from trainer.spec.kinds import CONFIGS, TRAINING_KINDS, config_class
 from trainer.spec.sft import SftConfig
@@ -27,8 +28,19 @@ def test_the_training_kinds_share_the_knobs_and_keep_their_own_defaults():
     assert shared <= {item.name for item in dataclasses.fields(GrpoConfig)}
     assert SftConfig().learning_rate == 2e-4 and GrpoConfig().learning_rate == 1e-5
     assert SftConfig().checkpoint_interval == 50 and GrpoConfig().checkpoint_interval == 10
-    assert GrpoConfig(environment="workbench").heldout_environment() == "workbench"
-    assert SftConfig().heldout_environment() is None
+
+
+
+@pytest.mark.parametrize("config", [SftConfig, GrpoConfig])
+def test_every_training_kind_plays_episodes_only_in_an_environment(config):
+    assert config().episode_budget(per_answer=64) is None
+    assert config(environment="workbench", max_turns=4).episode_budget(per_answer=64) == EpisodeBudget(4, 256)
+    assert config(environment="mcp:python -m x", max_turns=2, max_episode_tokens=100).episode_budget(64) == \
+        EpisodeBudget(2, 100)
+    with pytest.raises(ValueError, match="need an environment"):
+        config(max_turns=3)
+    with pytest.raises(ValueError, match="environment must be one of"):
+        config(environment="single_step")
 
 
 @pytest.mark.parametrize("config", [SftConfig, GrpoConfig])
