@@ -1,7 +1,7 @@
 """Multi-turn episodes: the model answers, its calls run in an environment, the results go back to it.
 
 `run_episodes(tasks, spawn, respond, budget)` drives one episode per task, all live episodes a
-turn at a time: `respond` gets the conversation of every live episode (a Task whose messages
+turn at a time: `respond` gets every live episode (its `conversation` is a Task whose messages
 are the task's own plus the turns so far) and answers each in one batch; the calls of each
 answer run in that episode's environment (`spawn()` builds one per episode), and each call's
 observation goes back as a tool message. An episode ends when the model answers without a
@@ -111,7 +111,7 @@ class Episode:
 def run_episodes(
     tasks: Sequence[Task],
     spawn: Callable[[], Environment],
-    respond: Callable[[list[Task]], Sequence[Reply]],
+    respond: Callable[[list[Episode]], Sequence[Reply]],
     budget: EpisodeBudget,
 ) -> list[Episode]:
     """One judged episode per task, in task order, every live episode answered in the same batch each turn."""
@@ -126,12 +126,13 @@ def run_episodes(
     return episodes
 
 
-def _play(episodes: list[Episode], respond: Callable[[list[Task]], Sequence[Reply]], budget: EpisodeBudget) -> None:
+def _play(episodes: list[Episode], respond: Callable[[list[Episode]], Sequence[Reply]],
+          budget: EpisodeBudget) -> None:
     for _ in range(budget.max_turns):
         live = [episode for episode in episodes if episode.live]
         if not live:
             break
-        replies = respond([episode.conversation for episode in live])
+        replies = respond(live)
         if len(replies) != len(live):
             raise ValueError(f"{len(live)} conversations but {len(replies)} replies")
         for episode, reply in zip(live, replies, strict=True):

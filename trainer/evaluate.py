@@ -279,8 +279,9 @@ def evaluate_episodes(
     if environment is None:
         raise SpecError("episodes need an environment to run their calls in")
 
-    def respond(conversations: list[Task]) -> list[Generation]:
-        generations = evaluation.backend.generate([evaluation.render(task) for task in conversations], sampling, hooks)
+    def respond(episodes: list[Episode]) -> list[Generation]:
+        prompts = [evaluation.render(episode.conversation) for episode in episodes]
+        generations = evaluation.backend.generate(prompts, sampling, hooks)
         return [samples[0] for samples in generations]
 
     episodes = run_episodes(tasks, environment.spawn, respond, budget)

@@ -10,7 +10,7 @@ import pytest
 
 from trainer.contracts import ExpectedCall, Task, ToolCall
 from trainer.environments.base import Environment, Judgement, StepResult
-from trainer.episodes import run_episodes
+from trainer.episodes import Episode, run_episodes
 from trainer.prompts import format_tool_calls
 from trainer.spec.environments import EpisodeBudget
 
@@ -71,11 +71,11 @@ def task(task_id: str) -> Task:
     )
 
 
-def reader(conversations: list[Task]) -> list[Scripted]:
+def reader(episodes: list[Episode]) -> list[Scripted]:
     """Reads the code from the last tool message when there is one, else asks for it; answers once opened."""
     replies = []
-    for conversation in conversations:
-        last = conversation.messages[-1]
+    for episode in episodes:
+        last = episode.conversation.messages[-1]
         if last["role"] == "tool" and last["content"] == "opened":
             replies.append(Scripted("Done."))
         elif last["role"] == "tool":
@@ -97,9 +97,9 @@ def test_the_observation_of_a_call_reaches_the_model_and_solves_the_task():
 def test_all_live_episodes_answer_in_one_batch_per_turn():
     sizes = []
 
-    def counting(conversations):
-        sizes.append(len(conversations))
-        return reader(conversations)
+    def counting(episodes):
+        sizes.append(len(episodes))
+        return reader(episodes)
 
     tasks = [task("a"), task("b"), task("c")]
     run_episodes(tasks, Locker, counting, EpisodeBudget(max_turns=5))
@@ -121,9 +121,9 @@ def test_an_unreadable_answer_gets_the_floor_and_says_why():
 
 
 def test_an_environment_that_raises_ends_its_episode_with_the_error_and_the_others_go_on():
-    def replies(conversations):
-        answers = reader(conversations)
-        return [Scripted(call("explode")) if c.id == "a" else r for c, r in zip(conversations, answers, strict=True)]
+    def replies(episodes):
+        answers = reader(episodes)
+        return [Scripted(call("explode")) if e.task.id == "a" else r for e, r in zip(episodes, answers, strict=True)]
 
     broken, fine = run_episodes([task("a"), task("b")], Locker, replies, EpisodeBudget())
     assert broken.ended == "error" and "RuntimeError: the sandbox broke" in broken.judgement.reason
@@ -161,9 +161,9 @@ class PickyLocker(Locker):
 def test_an_episode_whose_environment_cannot_start_fails_alone_and_is_never_asked_to_answer():
     asked = []
 
-    def replies(conversations):
-        asked.extend(c.id for c in conversations)
-        return reader(conversations)
+    def replies(episodes):
+        asked.extend(e.task.id for e in episodes)
+        return reader(episodes)
 
     broken, fine = run_episodes([task("a"), task("b")], PickyLocker, replies, EpisodeBudget())
     assert broken.ended == "error"
