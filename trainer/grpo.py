@@ -26,10 +26,13 @@ from trl import GRPOConfig, GRPOTrainer
 from trainer import training
 from trainer.callbacks import ProtocolCallback
 from trainer.contracts import DoneEvent, MetricEvent, RunSpec, SampleEvent, Task
+from trainer.episodes import Episode
 from trainer.evaluate import execution_environment
+from trainer.grpo_episodes import EpisodeRollout
 from trainer.jobs import EventStream, StopFlag
 from trainer.lengths import answer_tokens, checked_limit
 from trainer.prompts import render_prompt
+from trainer.spec.config import SpecError
 from trainer.spec.grpo import GrpoConfig
 from trainer.spec.tasks import last_user_text
 from trainer.verifiers import SafetyPolicy, get_verifier
@@ -55,8 +58,11 @@ class TaskReward:
         self.last_batch: list[Scored] = []
 
     def __call__(
-        self, prompts: list[str], completions: list[str], task_id: list[str], **_: Any
+        self, prompts: list[str], completions: list[str], task_id: list[str], episode: list[Episode] | None = None,
+        **_: Any,
     ) -> list[float | None]:
+        if episode is not None:
+            return self._judged(episode)
         tasks = [self.tasks[identifier] for identifier in task_id]
         verdicts = self.verifier.verify(tasks, list(completions))
         batch = []
@@ -69,6 +75,19 @@ class TaskReward:
                 reward = judged.reward
                 components = {**judged.components, **{f"verifier_{k}": v for k, v in components.items()}}
             batch.append(Scored(task.id, completion, reward, components))
+        self.last_batch = batch
+        return [row.reward for row in batch]
+
+    def _judged(self, episodes: list[Episode]) -> list[float | None]:
+        """Each episode's reward: the environment's judgement of the whole of it (trainer.grpo_episodes)."""
+        batch = []
+        for played in episodes:
+            judgement = played.judgement
+            if judgement is None:
+                raise ValueError(f"episode of {played.task.id} was never judged")
+            components = {**judgement.components, "turns": float(judgement.turns),
+                          "truncated": float(judgement.truncated)}  # fmt: skip
+            batch.append(Scored(played.task.id, played.output, judgement.reward, components))
         self.last_batch = batch
         return [row.reward for row in batch]
 
@@ -157,9 +176,11 @@ class RedrawingGRPOTrainer(GRPOTrainer):
         self.redraws = redraws if self.accelerator.num_processes == 1 else 0
         self.rows = rows
         self.random = random.Random(seed)
+        self.rollout_rows: list[dict[str, Any]] = []
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         for attempt in range(self.redraws + 1):
+            self.rollout_rows = inputs  # what an episode rollout (trainer.grpo_episodes) plays, row by row
             recorded = {name: len(values) for name, values in self._metrics["train"].items()}
             output = super()._generate_and_score_completions(inputs)
             if attempt == self.redraws or not self.reward.groups_tied(self.group_size):
@@ -197,6 +218,8 @@ class GrpoRecipe:
     def prepare(self, setup: training.Setup[GrpoConfig]) -> None:
         config = setup.config
         self.reward = TaskReward(setup.tasks, config.verifier, config.environment, setup.policy)
+        if config.max_turns > 1 and self.reward.environment is None:
+            raise SpecError("GRPO on episodes (max_turns above 1) needs an environment to run the calls in")
 
     def limits(self, setup: training.Setup[GrpoConfig], tokenizer: Any) -> GrpoConfig:
         config = setup.config
@@ -214,16 +237,24 @@ class GrpoRecipe:
             group_size=config.num_generations,
         )  # fmt: skip
         rows = {task.id: {"prompt": render_prompt(task, run.tokenizer), "task_id": task.id} for task in run.tasks}
+        assert config.max_completion_length is not None, "limits derives the length before the build"
+        budget = config.episode_budget(config.max_completion_length)
+        rollout = None
+        if budget is not None:
+            assert reward.environment is not None, "prepare refuses episodes without an environment"
+            rollout = EpisodeRollout(run.tasks, reward.environment, run.tokenizer, budget,
+                                     mask_truncated=config.mask_truncated_completions)  # fmt: skip
         trainer = RedrawingGRPOTrainer(
-            model=run.model, reward_funcs=[reward], args=training_arguments(run),
+            model=run.model, reward_funcs=[reward], args=training_arguments(run), rollout_func=rollout,
             train_dataset=Dataset.from_list(list(rows.values())), processing_class=run.tokenizer,
             callbacks=[callback], peft_config=run.peft_config(),
             reward=reward, group_size=config.num_generations, redraws=config.dynamic_sampling_redraws, rows=rows,
             seed=run.spec.seed,
         )  # fmt: skip
+        episodes = f"episodes of at most {budget.max_turns} turns, " if budget is not None else ""
         return training.Built(trainer, callback, (
-            f"GRPO on {len(run.tasks)} train tasks ({config.describe()}; {config.num_generations} generations, "
-            f"{config.max_steps} steps)"))
+            f"GRPO on {len(run.tasks)} train tasks ({config.describe()}; {episodes}{config.num_generations} "
+            f"generations, {config.max_steps} steps)"))
 
 
 def run(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
