@@ -36,6 +36,7 @@ from trainer.spec.config import SpecError
 from trainer.spec.grpo import GrpoConfig
 from trainer.spec.tasks import last_user_text
 from trainer.verifiers import SafetyPolicy, get_verifier
+from trainer.verifiers.shaped import ShapedVerifier, episode_components
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Scored:
     completion: str
     reward: float
     components: dict[str, float]
+    episode: dict[str, float] = dataclasses.field(default_factory=dict)  # turns, truncated: logged, not rewarded
 
 
 class TaskReward:
@@ -85,9 +87,13 @@ class TaskReward:
             judgement = played.judgement
             if judgement is None:
                 raise ValueError(f"episode of {played.task.id} was never judged")
-            components = {**judgement.components, "turns": float(judgement.turns),
-                          "truncated": float(judgement.truncated)}  # fmt: skip
-            batch.append(Scored(played.task.id, played.output, judgement.reward, components))
+            reward, components = judgement.reward, dict(judgement.components)
+            if self.verifier.name == ShapedVerifier.name:
+                # The guide's shaping over the whole trajectory, opt-in: the environment judges completion.
+                components = episode_components(played.task, played.calls, judgement.passed, bool(judgement.unsafe))
+                reward = round(sum(components.values()), 6)
+            shape = {"turns": float(judgement.turns), "truncated": float(judgement.truncated)}
+            batch.append(Scored(played.task.id, played.output, reward, components, shape))
         self.last_batch = batch
         return [row.reward for row in batch]
 
@@ -101,12 +107,14 @@ class TaskReward:
         return bool(groups) and all(max(group) - min(group) < 1e-9 for group in groups)
 
     def component_stats(self) -> dict[str, float]:
-        """Mean and spread of each component over the last batch, as `reward/<component>/mean|std` metrics."""
+        """Mean and spread of each reward component over the last batch (`reward/<component>/mean|std`), and of
+        each episode's turns and truncation (`episode/turns/mean|std`)."""
         stats: dict[str, float] = {}
-        for name in sorted({name for row in self.last_batch for name in row.components}):
-            values = [row.components.get(name, 0.0) for row in self.last_batch]
-            stats[f"reward/{name}/mean"] = statistics.fmean(values)
-            stats[f"reward/{name}/std"] = statistics.pstdev(values) if len(values) > 1 else 0.0
+        for group, field in (("reward", "components"), ("episode", "episode")):
+            for name in sorted({name for row in self.last_batch for name in getattr(row, field)}):
+                values = [getattr(row, field).get(name, 0.0) for row in self.last_batch]
+                stats[f"{group}/{name}/mean"] = statistics.fmean(values)
+                stats[f"{group}/{name}/std"] = statistics.pstdev(values) if len(values) > 1 else 0.0
         return stats
 
     def samples(self, step: int, limit: int) -> list[SampleEvent]:

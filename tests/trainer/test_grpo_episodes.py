@@ -64,7 +64,10 @@ def reading_policy(tokenizer, ignores_results: bool = False):
     return sample
 
 
-def play(tokenizer, monkeypatch, task_ids, *, budget=EpisodeBudget(max_turns=4), mask_truncated=True, **policy):
+FOUR_TURNS = EpisodeBudget(max_turns=4)
+
+
+def play(tokenizer, monkeypatch, task_ids, *, budget=FOUR_TURNS, mask_truncated=True, **policy):
     monkeypatch.setattr(grpo_episodes._Generator, "sample", reading_policy(tokenizer, **policy))
     tasks = [locker_task(task_id) for task_id in dict.fromkeys(task_ids)]
     rollout = EpisodeRollout(tasks, Locker(), tokenizer, budget, mask_truncated=mask_truncated)
@@ -100,9 +103,19 @@ def test_the_reward_is_the_environments_judgement_of_the_whole_episode(tokenizer
     reward = grpo.TaskReward([locker_task("a")], "tool_call", None, policy=None)
     reading = play(tokenizer, monkeypatch, ["a", "a"])
     assert reward([], [], ["a", "a"], episode=reading["episode"]) == [1.0, 1.0]
-    assert reward.last_batch[0].components == {"opened": 1.0, "turns": 2.0, "truncated": 0.0}
+    assert reward.last_batch[0].components == {"opened": 1.0}
+    assert reward.last_batch[0].episode == {"turns": 2.0, "truncated": 0.0}
     guessing = play(tokenizer, monkeypatch, ["a"], ignores_results=True)
     assert reward([], [], ["a"], episode=guessing["episode"]) == [0.0]
+
+
+def test_the_shaped_verifier_shapes_the_whole_trajectory(tokenizer, monkeypatch):
+    reward = grpo.TaskReward([locker_task("a")], "shaped", None, policy=None)
+    assert reward([], [], ["a"], episode=play(tokenizer, monkeypatch, ["a"])["episode"]) == [1.6]
+    assert reward.last_batch[0].components == {
+        "right_tool": 0.1, "valid_artifact": 0.2, "partial_tests": 0.3, "task_complete": 1.0}  # fmt: skip
+    # Guessing calls the right tool with a schema-valid call, matches no expected call, and opens nothing.
+    assert reward([], [], ["a"], episode=play(tokenizer, monkeypatch, ["a"], ignores_results=True)["episode"]) == [0.3]
 
 
 def test_an_episode_cut_by_its_budget_is_left_out_of_the_loss_when_asked(tokenizer, monkeypatch):
@@ -139,7 +152,7 @@ def test_a_grpo_job_trains_on_episodes_with_the_tool_results_masked(tmp_path, ca
     events = events_in(capfd.readouterr().out)
     assert code == 0, events[-1]
     assert any(e["name"] == "grad_norm" and e["value"] > 0 for e in events if e["event"] == "metric")
-    assert {"reward/opened/mean", "reward/turns/mean"} <= metric_names(events)
+    assert {"reward/opened/mean", "episode/turns/mean", "episode/truncated/mean"} <= metric_names(events)
     assert masks and all((mask == 0).any() and (mask == 1).any() for mask in masks)
 
 
@@ -148,7 +161,7 @@ def test_a_grpo_job_samples_episodes_with_the_model_itself(tmp_path, capfd):
                    "grpo", grpo.run)  # fmt: skip
     events = events_in(capfd.readouterr().out)
     assert code == 0, events[-1]
-    turns = [e["value"] for e in events if e["event"] == "metric" and e["name"] == "reward/turns/mean"]
+    turns = [e["value"] for e in events if e["event"] == "metric" and e["name"] == "episode/turns/mean"]
     assert turns and all(1 <= value <= 3 for value in turns)
     samples = [e for e in events if e["event"] == "sample"]
-    assert samples and all("turns" in sample["components"] for sample in samples)
+    assert samples and all(sample["components"] for sample in samples)

@@ -89,6 +89,22 @@ class ShapedVerifier(Verifier):
         )
 
 
+def episode_components(task: Task, calls: Sequence[ToolCall], completed: bool, unsafe: bool) -> dict[str, float]:
+    """The shaping of a whole episode: its calls' progress, and completion as the environment judged it.
+
+    Right tool: any expected tool called; artifact: every call valid against the offered schemas;
+    tests: an expected call matched in full; complete: the environment's end state was reached.
+    """
+    match = match_calls(task, calls)
+    return shaped_reward(ShapingSignals(
+        right_tool=any(pair.tool_matches for pair in match.pairs),
+        valid_artifact=bool(calls) and not artifact_problems(task, calls),
+        tests_passed=match.exact_pairs,
+        task_complete=completed,
+        unsafe=unsafe,
+    ))  # fmt: skip
+
+
 def _signals(task: Task, parsed: ParseResult, violations: list[Violation]) -> tuple[ShapingSignals, str]:
     nothing = ShapingSignals(
         right_tool=False, valid_artifact=False, tests_passed=0, task_complete=False, unsafe=bool(violations)
