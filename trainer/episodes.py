@@ -11,19 +11,24 @@ call breaks the environment (`error`, also at the floor, with the exception name
 budget runs out: turns (`turn_budget`) or generated tokens (`token_budget`), both recorded as
 truncated. Then the environment judges the whole episode: its end state, every call's safety.
 
-No torch here: `respond` is where a generation backend comes in. Not covered: timeouts on a
-hanging environment (an environment that talks to another process enforces its own).
+An observation goes back as its text, else as strict JSON, values JSON lacks (bytes, NaN, keys
+that are not strings, objects) written as their text, so whatever a team's `step` returns
+reaches the model and never breaks the episode. No torch here: `respond` is where a
+generation backend comes in. Not covered: timeouts on a hanging environment (a team's entry
+point is timed by `trainer.environments.entry_point`, an MCP server by its client; the
+built-in environments are ours).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from trainer.contracts import Task, ToolCall
-from trainer.environments.base import Environment, Judgement
+from trainer.environments.base import Environment, Judgement, StepResult
 from trainer.parsing import NO_CALL, parse_tool_calls
 from trainer.spec.environments import EpisodeBudget
 
@@ -192,6 +197,8 @@ def _run_calls(episode: Episode, turn: Turn, number: int) -> None:
     for call_id, call in zip(ids, turn.calls, strict=True):
         try:
             result = episode.environment.step(call)
+            if not isinstance(result, StepResult):
+                raise TypeError(f"step returned a {type(result).__name__}, not a StepResult")
         except Exception as error:  # noqa: BLE001 - a broken environment ends this episode, not the batch
             episode.ended, episode.failure = ERROR, f"environment error on {call.name}: {type(error).__name__}: {error}"
             return
@@ -206,7 +213,23 @@ def _run_calls(episode: Episode, turn: Turn, number: int) -> None:
 def _observation_text(observation: Any) -> str:
     if isinstance(observation, str):
         return observation
-    return json.dumps(observation, ensure_ascii=False, default=str)
+    try:
+        return json.dumps(_plain(observation), ensure_ascii=False, allow_nan=False)
+    except Exception:  # noqa: BLE001 - a self-containing value, or an object whose str() raises
+        return f"<an observation of type {type(observation).__name__} that cannot be shown>"
+
+
+def _plain(value: Any) -> Any:
+    """`value` with what JSON cannot hold turned into text: bytes, NaN and infinities, other keys, objects."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Mapping):
+        return {key if isinstance(key, str) else str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(item) for item in value]
+    return str(value)
 
 
 def _judge(episode: Episode) -> Judgement:

@@ -12,9 +12,10 @@ Each task is rendered (`trainer.prompts`), generated (`trainer.rollout`), parsed
   every argument match (`trainer.verifiers.matching`, lenient values);
 - unsafe action: a call breaks the safety policy; verifier pass and reward: the verdict
   of the configured verifier (`bfcl` for benchmark-comparable scores);
-- execution success: the task's environment (`environment: workbench`) ran the output's calls
-  and reached the expected state; an output whose calls cannot be read runs nothing and fails.
-  Without an environment it is reported as not applicable (null).
+- execution success: the task's environment ran the output's calls and reached the expected
+  state; an output whose calls cannot be read runs nothing and fails. The environment is the
+  job's (`environment: workbench`), else the one the task's episode names (`replay`, say; each
+  built once), else none: then it is reported as not applicable (null).
 Every rate comes with a Wilson 95% interval (mean reward with a bootstrap one), overall and
 per bucket and per source, along with latency p50/p95, tokens and cost per task, per-task
 results, and the method recommended next. `run_eval` is the `eval` job of the protocol.
@@ -38,7 +39,7 @@ from trainer.parsing import NO_CALL, parse_tool_calls
 from trainer.recommend import recommend
 from trainer.rollout import Generation, GenerationBackend, GenerationHooks, open_runtime
 from trainer.spec.config import SpecError, config_from_json
-from trainer.spec.environments import EpisodeBudget
+from trainer.spec.environments import EpisodeBudget, check_executing_environment
 from trainer.spec.eval import EvalConfig, SamplingConfig, safety_policy
 from trainer.spec.tasks import (
     last_user_text,
@@ -70,6 +71,41 @@ def execution_environment(name: str | None, policy: SafetyPolicy) -> Environment
         return make_environment(name, policy=policy)
     except (WorkbenchDataMissing, EnvironmentUnavailable) as error:
         raise SpecError(str(error)) from None
+
+
+def task_environments(
+    tasks: Sequence[Task], job_environment: str | None, policy: SafetyPolicy, episodes: bool = False,
+) -> dict[str, Environment]:
+    """The environments the tasks' episodes name, each built once, by name; none when the job names one (it wins).
+
+    A SpecError before any generation: for an environment that cannot be built (naming it and a
+    task that names it), and, for `episodes`, for a task left with no environment at all.
+    """
+    if job_environment is not None:
+        return {}
+    if episodes and (bare := next((task.id for task in tasks if _named_environment(task) is None), None)):
+        raise SpecError(f"episodes need an environment to run their calls in: task {bare} names none and the job "
+                        "names none")
+    named: dict[str, str] = {}
+    for task in tasks:
+        if (name := _named_environment(task)) is not None:
+            named.setdefault(name, task.id)
+    return {name: _named_built(name, task_id, policy) for name, task_id in named.items()}
+
+
+def _named_environment(task: Task) -> str | None:
+    return task.episode.environment if task.episode is not None else None
+
+
+def _named_built(name: str, task_id: str, policy: SafetyPolicy) -> Environment:
+    try:
+        check_executing_environment(name)
+        environment = execution_environment(name, policy)
+    except (SpecError, ValueError, KeyError) as error:
+        message = error.args[0] if error.args else str(error)
+        raise SpecError(f"environment {name!r} of task {task_id} cannot be built: {message}") from None
+    assert environment is not None  # the name is not None
+    return environment
 
 
 @dataclass(frozen=True)
@@ -251,6 +287,18 @@ class Evaluation:
     policy: SafetyPolicy
     prices: Prices = field(default_factory=Prices)
     environment: Environment | None = None
+    # The environments tasks name for themselves (`task_environments`), by name; filled on first use where not given.
+    task_environments: dict[str, Environment] = field(default_factory=dict)
+
+
+def environment_of(task: Task, evaluation: Evaluation) -> Environment | None:
+    """Where `task` runs: the evaluation's environment, else the one its episode names, else none."""
+    name = _named_environment(task)
+    if evaluation.environment is not None or name is None:
+        return evaluation.environment
+    if name not in evaluation.task_environments:
+        evaluation.task_environments.update(task_environments([task], None, evaluation.policy))
+    return evaluation.task_environments[name]
 
 
 def evaluate_tasks(
@@ -258,15 +306,15 @@ def evaluate_tasks(
     budget: EpisodeBudget | None = None,
 ) -> list[TaskResult]:
     """One greedy (or sampled) answer per task, judged, or with a `budget` one episode per task: the
-    per-task results, in task order."""
+    per-task results, in task order. Each task runs in `environment_of` it, all built before generating."""
     if budget is not None:
         return evaluate_episodes(tasks, evaluation, sampling, budget, hooks)
+    environments = [environment_of(task, evaluation) for task in tasks]
     prompts = [evaluation.render(task) for task in tasks]
     generations = evaluation.backend.generate(prompts, sampling, hooks)
     return [
-        task_result(task, samples[0], evaluation.verifier, evaluation.policy, evaluation.prices,
-                    evaluation.environment)
-        for task, samples in zip(tasks, generations, strict=True)
+        task_result(task, samples[0], evaluation.verifier, evaluation.policy, evaluation.prices, environment)
+        for task, samples, environment in zip(tasks, generations, environments, strict=True)
     ]
 
 
@@ -274,18 +322,35 @@ def evaluate_episodes(
     tasks: Sequence[Task], evaluation: Evaluation, sampling: SamplingConfig, budget: EpisodeBudget,
     hooks: GenerationHooks | None = None,
 ) -> list[TaskResult]:
-    """One episode per task in the evaluation's environment (`trainer.episodes`), judged: per-task results, in order."""
-    environment = evaluation.environment
-    if environment is None:
-        raise SpecError("episodes need an environment to run their calls in")
+    """One episode per task (`trainer.episodes`) in `environment_of` it, judged: per-task results, in task order.
+
+    Tasks are played environment by environment, each group's live episodes answered in one batch a turn.
+    """
+    environments = [environment_of(task, evaluation) for task in tasks]
+    if (bare := next((task.id for task, env in zip(tasks, environments, strict=True) if env is None), None)):
+        raise SpecError(f"episodes need an environment to run their calls in: task {bare} names none and the job "
+                        "names none")
 
     def respond(episodes: list[Episode]) -> list[Generation]:
         prompts = [evaluation.render(episode.conversation) for episode in episodes]
         generations = evaluation.backend.generate(prompts, sampling, hooks)
         return [samples[0] for samples in generations]
 
-    episodes = run_episodes(tasks, environment.spawn, respond, budget)
-    return [episode_result(episode, evaluation.policy, evaluation.prices) for episode in episodes]
+    results: dict[int, TaskResult] = {}
+    for environment, indices in _by_environment(environments):
+        episodes = run_episodes([tasks[index] for index in indices], environment.spawn, respond, budget)
+        for index, episode in zip(indices, episodes, strict=True):
+            results[index] = episode_result(episode, evaluation.policy, evaluation.prices)
+    return [results[index] for index in range(len(tasks))]
+
+
+def _by_environment(environments: Sequence[Environment | None]) -> list[tuple[Environment, list[int]]]:
+    """The task indices of each environment, environments in order of first use."""
+    groups: dict[int, tuple[Environment, list[int]]] = {}
+    for index, environment in enumerate(environments):
+        if environment is not None:
+            groups.setdefault(id(environment), (environment, []))[1].append(index)
+    return list(groups.values())
 
 
 def episode_result(episode: Episode, policy: SafetyPolicy, prices: Prices) -> TaskResult:
@@ -321,20 +386,22 @@ def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     policy = safety_policy(config.safety_policy, spec.safety_policy)
     events.emit(LogEvent(f"evaluating {len(tasks)} of {len(all_tasks)} tasks (snapshot {snapshot[:12]}) "
                          f"on {spec.base_model}" + (f" + adapter {spec.adapter}" if spec.adapter else "")))
-    environment = execution_environment(config.environment, policy)  # a bad one stops the job before the model loads
+    # A bad environment, the job's or a task's, stops the job before the model loads.
+    environment = execution_environment(config.environment, policy)
+    environments = task_environments(tasks, config.environment, policy, episodes=config.max_turns > 1)
     runtime = open_runtime(spec.base_model, spec.adapter, config.backend, config.device, spec.seed)
     events.emit(LogEvent(f"model ready: {runtime.description}"))
     evaluation = Evaluation(
         backend=runtime.backend, render=runtime.render, verifier=get_verifier(config.verifier, policy), policy=policy,
         prices=Prices(config.price_per_million_input_tokens, config.price_per_million_output_tokens),
-        environment=environment,
+        environment=environment, task_environments=environments,
     )
     hooks = GenerationHooks(should_stop=lambda: stop.requested,
                             on_progress=lambda done, total: events.emit(LogEvent(f"generated {done}/{total}")))
     budget = config.episode_budget()
     if budget is not None:
         events.emit(LogEvent(f"episodes of at most {budget.max_turns} turns and {budget.max_tokens} generated tokens "
-                             f"in {config.environment}"))
+                             f"in {config.environment or 'the environment each task names'}"))
     results = evaluate_tasks(tasks, evaluation, config.sampling(spec.seed), hooks, budget)
     report = metrics_report(results, config.bootstrap_resamples, spec.seed)
     report.update(model={"base": spec.base_model, "adapter": spec.adapter, "resolved": runtime.description},

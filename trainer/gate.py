@@ -41,6 +41,7 @@ from typing import Any
 
 from trainer import adapters, models
 from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec, Task
+from trainer.environments import Environment
 from trainer.evaluate import (
     Evaluation,
     Prices,
@@ -49,6 +50,7 @@ from trainer.evaluate import (
     execution_environment,
     metrics_report,
     summarize,
+    task_environments,
 )
 from trainer.jobs import EventStream, JobStopped, StopFlag
 from trainer.rollout import GenerationHooks, Runtime, TransformersBackend, backend_choice, open_runtime
@@ -470,18 +472,20 @@ def evaluate_models(
     stop.raise_if_requested()
     policy = safety_policy(config.safety_policy, spec.safety_policy)
     everything = [*tasks.heldout, *tasks.regression]
+    # The environments the tasks name, built once for both models; a bad one stops the gate before a model loads.
+    named = task_environments(everything, config.environment, policy, episodes=config.max_turns > 1)
     if backend_choice(config.backend) == "vllm":
         if config.latency_signal != "tokens":
             raise SpecError("latency_signal tokens_and_wall_time needs interleaved generation, which vllm cannot do")
-        candidate = evaluate_model(spec, spec.adapter, config, everything, events, stop, CANDIDATE)
-        baseline = evaluate_model(spec, config.baseline_adapter, config, everything, events, stop, BASELINE)
+        candidate = evaluate_model(spec, spec.adapter, config, everything, events, stop, CANDIDATE, named)
+        baseline = evaluate_model(spec, config.baseline_adapter, config, everything, events, stop, BASELINE, named)
         rows = {CANDIDATE: candidate, BASELINE: baseline}
         measurement: dict[str, Any] = {
             "interleaved": False, "batches": None,
             "how": "one model after the other (vLLM holds one engine at a time); wall time is reported only, "
                    "latency is decided on generated tokens"}  # fmt: skip
     else:
-        evaluations = {role: gate_evaluation(spec, adapter, config, policy, events, role)
+        evaluations = {role: gate_evaluation(spec, adapter, config, policy, events, role, named)
                        for role, adapter in ((CANDIDATE, spec.adapter), (BASELINE, config.baseline_adapter))}
         progress = GenerationHooks(should_stop=lambda: stop.requested, on_progress=lambda done, total: events.emit(
             LogEvent(f"generated {done}/{total} tasks with both models, batch by batch")))
@@ -526,11 +530,11 @@ def interleaved(
 
 def evaluate_model(
     spec: RunSpec, adapter: str | None, config: GateConfig, tasks: Sequence[Task], events: EventStream,
-    stop: StopFlag, role: str,
+    stop: StopFlag, role: str, named: dict[str, Environment],
 ) -> list[dict[str, Any]]:
     """One model's per-task results in one generation pass (vLLM: its engine is released on return)."""
     policy = safety_policy(config.safety_policy, spec.safety_policy)
-    evaluation = gate_evaluation(spec, adapter, config, policy, events, role)
+    evaluation = gate_evaluation(spec, adapter, config, policy, events, role, named)
     hooks = GenerationHooks(should_stop=lambda: stop.requested,
                             on_progress=lambda done, total: events.emit(LogEvent(f"{role}: generated {done}/{total}")))
     eval_config = config.eval_config()
@@ -540,13 +544,14 @@ def evaluate_model(
 
 def gate_evaluation(
     spec: RunSpec, adapter: str | None, config: GateConfig, policy: SafetyPolicy, events: EventStream, role: str,
+    named: dict[str, Environment],
 ) -> Evaluation:
-    """One model ready to generate and be judged."""
+    """One model ready to generate and be judged; `named`: the environments the tasks name (`task_environments`)."""
     runtime = gate_runtime(spec.base_model, adapter, config, spec.seed)
     events.emit(LogEvent(f"{role} ready: {runtime.description}"))
     return Evaluation(
         backend=runtime.backend, render=runtime.render, verifier=get_verifier(config.verifier, policy), policy=policy,
-        prices=Prices(), environment=execution_environment(config.environment, policy),
+        prices=Prices(), environment=execution_environment(config.environment, policy), task_environments=named,
     )
 
 

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import sys
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
 
 from trainer.contracts import ExpectedCall, Task, ToolCall
+from trainer.environments import make_environment
 from trainer.environments.base import Environment, Judgement, StepResult
+from trainer.environments.entry_point import TimedEnvironment, load_environment
 from trainer.episodes import Episode, run_episodes
 from trainer.prompts import format_tool_calls
 from trainer.spec.environments import EpisodeBudget
+from trainer.verifiers import SafetyPolicy
 
 
 @dataclass(frozen=True)
@@ -169,3 +177,152 @@ def test_an_episode_whose_environment_cannot_start_fails_alone_and_is_never_aske
     assert broken.ended == "error"
     assert "at reset: ConnectionError: the locker service is down" in broken.judgement.reason
     assert broken.turns == [] and set(asked) == {"b"} and fine.judgement.passed
+
+
+# --- Environments that misbehave: an episode fails with the reason, the job goes on -----------------
+
+
+class Stalling(Locker):
+    """A team's locker whose `stall` tool never returns until the test lets it go."""
+
+    release = threading.Event()
+
+    def step(self, call: ToolCall) -> StepResult:
+        if call.name == "stall":
+            self.release.wait(30)
+        return super().step(call)
+
+
+def caller(name: str) -> Callable[[list[Episode]], list[Scripted]]:
+    """Task "a" calls `name`; the others read the code and open the locker."""
+
+    def replies(episodes: list[Episode]) -> list[Scripted]:
+        answers = reader(episodes)
+        return [Scripted(call(name)) if e.task.id == "a" else r for e, r in zip(episodes, answers, strict=True)]
+
+    return replies
+
+
+@pytest.fixture
+def team_lockers(tmp_path, monkeypatch):
+    """A team's module whose factories build the lockers above, as `make_environment` finds an entry point."""
+    (tmp_path / "team_lockers.py").write_text(
+        "from tests.trainer.test_episodes import Locker, Stalling\n"
+        "def locker(policy):\n    return Locker()\n"
+        "def stalling(policy):\n    return Stalling()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "team_lockers"
+    sys.modules.pop("team_lockers", None)
+
+
+def test_a_team_environment_that_raises_ends_its_episode_with_the_error(team_lockers):
+    environment = make_environment(f"{team_lockers}:locker")
+    broken, fine = run_episodes([task("a"), task("b")], environment.spawn, caller("explode"), EpisodeBudget())
+    assert broken.ended == "error" and not broken.judgement.passed
+    assert broken.judgement.reason == "turn 1: environment error on explode: RuntimeError: the sandbox broke"
+    assert fine.judgement.passed
+
+
+def test_a_team_environment_that_hangs_ends_its_episode_after_the_call_timeout(team_lockers):
+    environment = load_environment(f"{team_lockers}:stalling", SafetyPolicy.default(), call_timeout_s=0.2)
+    Stalling.release.clear()
+    started = time.monotonic()
+    try:
+        stuck, fine = run_episodes([task("a"), task("b")], environment.spawn, caller("stall"), EpisodeBudget())
+    finally:
+        Stalling.release.set()  # let the abandoned thread finish
+    assert time.monotonic() - started < 10
+    assert stuck.ended == "error" and not stuck.judgement.passed
+    assert "environment error on stall: TimeoutError: environment step timed out after 0.2 s" in stuck.judgement.reason
+    assert fine.ended == "done" and fine.judgement.passed
+
+
+def test_a_timed_out_environment_refuses_further_calls_at_once_and_closes_quietly():
+    release = threading.Event()
+    timed = TimedEnvironment(Locker(), call_timeout_s=0.1)
+    timed.reset(task("a"))
+    timed.inner.step = lambda call: release.wait(30)  # type: ignore[method-assign]
+    with pytest.raises(TimeoutError, match="environment step timed out after 0.1 s"):
+        timed.step(ToolCall("read_code"))
+    with pytest.raises(TimeoutError, match="environment judge not run: its step timed out and is still running"):
+        timed.judge()
+    timed.close()
+    release.set()
+
+
+def test_a_timed_environment_runs_an_episode_on_one_thread_of_its_own():
+    threads = []
+
+    class ThreadBound(Locker):
+        def reset(self, task: Task) -> None:
+            threads.append(threading.get_ident())
+            super().reset(task)
+
+        def step(self, call: ToolCall) -> StepResult:
+            threads.append(threading.get_ident())
+            return super().step(call)
+
+    [episode] = run_episodes([task("a")], TimedEnvironment(ThreadBound()).spawn, reader, EpisodeBudget())
+    assert episode.judgement.passed and len(threads) == 3
+    assert len(set(threads)) == 1 and threads[0] != threading.get_ident()
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise ValueError("no text for this")
+
+
+class Odd(Locker):
+    """A team's environment whose observations JSON cannot hold."""
+
+    observations: ClassVar[dict[str, Any]] = {
+        "bytes": {"blob": b"\x00\xff", "score": float("nan"), "best": float("inf")},
+        "keys": {(1, 2): "a tuple key", 3: "an int key", "when": datetime.date(2024, 5, 17), "tags": {"x"}},
+        "object": Unprintable(),
+    }
+
+    def step(self, call: ToolCall) -> StepResult:
+        if call.name in self.observations:
+            return StepResult(self.observations[call.name], done=False)
+        if call.name == "loop":
+            looped: list[Any] = []
+            looped.append(looped)
+            return StepResult(looped, done=False)
+        if call.name == "bare":
+            return {"not": "a StepResult"}  # type: ignore[return-value]
+        return super().step(call)
+
+
+def strict_json(text: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    ("tool", "seen"),
+    [
+        ("bytes", {"blob": "b'\\x00\\xff'", "score": "nan", "best": "inf"}),
+        ("keys", {"(1, 2)": "a tuple key", "3": "an int key", "when": "2024-05-17", "tags": ["x"]}),
+    ],
+)
+def test_an_observation_json_cannot_hold_reaches_the_model_as_strict_json_text(tool, seen):
+    [episode] = run_episodes([task("b")], Odd, lambda live: [Scripted(call(tool))] * len(live), EpisodeBudget(2))
+    contents = [m["content"] for m in episode.messages if m["role"] == "tool"]
+    assert [strict_json(content) for content in contents] == [seen, seen]
+    assert episode.ended == "turn_budget"
+
+
+@pytest.mark.parametrize("tool", ["object", "loop"])
+def test_an_observation_that_cannot_be_written_at_all_is_named_by_its_type(tool):
+    [episode] = run_episodes([task("b")], Odd, lambda live: [Scripted(call(tool))] * len(live), EpisodeBudget(1))
+    [content] = [m["content"] for m in episode.messages if m["role"] == "tool"]
+    assert content.startswith("<an observation of type ") and content.endswith(" that cannot be shown>")
+
+
+def test_a_step_that_returns_no_step_result_ends_its_episode_with_the_reason():
+    [episode] = run_episodes([task("b")], Odd, lambda live: [Scripted(call("bare"))] * len(live), EpisodeBudget())
+    assert episode.ended == "error"
+    assert "environment error on bare: TypeError: step returned a dict, not a StepResult" in episode.judgement.reason

@@ -2,15 +2,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.trainer.tiny_model import tiny_tasks
-from trainer.contracts import ExpectedCall, Task, TaskMetadata
+from trainer.contracts import ExpectedCall, Task, TaskMetadata, ToolCall
 from trainer.evaluate import Evaluation, Prices, evaluate_tasks, judge, metrics_report, summarize
 from trainer.parsing import parse_tool_calls
+from trainer.prompts import format_tool_calls
 from trainer.rollout import Generation
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.eval import EvalConfig, SamplingConfig
@@ -360,10 +362,149 @@ def test_an_episode_eval_reads_the_lookup_and_reaches_the_workbench_end_state():
     assert summarize([cut])["truncation_rate"]["value"] == 1.0
 
 
-def test_episodes_need_an_environment_and_a_turn():
-    with pytest.raises(ValueError, match="need an environment"):
-        EvalConfig(max_turns=3)
+def test_episodes_need_a_turn_and_may_leave_the_environment_to_the_tasks():
+    assert EvalConfig(max_turns=3).episode_budget().max_turns == 3  # each task names its own, or the job fails
     with pytest.raises(ValueError, match="max_turns must be at least 1"):
         EvalConfig(max_turns=0, environment="workbench")
     assert EvalConfig(environment="workbench").episode_budget() is None
     assert EvalConfig(environment="workbench", max_turns=3, max_new_tokens=100).episode_budget().max_tokens == 300
+
+
+# --- Tasks that name their own environment ------------------------------------------------------
+
+ORDERS_ENTRY = "trainer.examples.orders:environment"
+
+
+def named(task_, environment, start_state=None):
+    from trainer.contracts import EpisodeSetup
+
+    return dataclasses.replace(task_, episode=EpisodeSetup(environment, start_state or {}))
+
+
+def order_tasks():
+    from tests.trainer.test_orders_example import TASKS
+
+    return load_tasks([TASKS])
+
+
+def desk_evaluation(environment=None):
+    from tests.trainer.test_orders_example import DeskAgent
+
+    return Evaluation(backend=DeskAgent(), render=lambda t: json.dumps(t.messages), verifier=get_verifier("binary"),
+                      policy=POLICY, environment=environment)  # fmt: skip
+
+
+def recorded(task_):
+    """`task_` as a replay task: the desk agent's calls in the order desk and what each observed, recorded."""
+    from trainer.environments import make_environment
+    from trainer.evaluate import evaluate_episodes
+    from trainer.spec.environments import EpisodeBudget
+
+    [played] = evaluate_episodes([task_], desk_evaluation(make_environment(ORDERS_ENTRY)), SamplingConfig(),
+                                 EpisodeBudget(max_turns=6))  # fmt: skip
+    results = [message["content"] for message in played.episode if message["role"] == "tool"]
+    return named(task_, "replay", {"recorded": [{**call, "result": result}
+                                               for call, result in zip(played.calls, results, strict=True)]})
+
+
+@pytest.fixture
+def builds(monkeypatch):
+    """The names `trainer.evaluate` builds environments for, in order."""
+    import trainer.evaluate
+    from trainer.environments import make_environment
+
+    built = []
+
+    def counting(name, *args, **kwargs):
+        built.append(name)
+        return make_environment(name, *args, **kwargs)
+
+    monkeypatch.setattr(trainer.evaluate, "make_environment", counting)
+    return built
+
+
+def test_tasks_play_in_the_environment_each_names_built_once_with_results_in_task_order(builds):
+    from trainer.spec.environments import EpisodeBudget
+
+    orders = order_tasks()
+    tasks = [recorded(orders[0]), named(orders[1], ORDERS_ENTRY), recorded(orders[2]), named(orders[3], ORDERS_ENTRY)]
+    builds.clear()
+    results = evaluate_tasks(tasks, desk_evaluation(), SamplingConfig(), budget=EpisodeBudget(max_turns=6))
+    assert [result.task_id for result in results] == [task_.id for task_ in tasks]
+    assert [result.execution_success for result in results] == [True] * 4, [r.verdict["reason"] for r in results]
+    assert builds == ["replay", ORDERS_ENTRY]
+    assert "answered from the recording" in results[0].verdict["reason"]  # the replay judged it
+    assert results[1].verdict["reason"] == "the orders end as expected"  # the order desk judged it
+
+
+def test_the_jobs_environment_wins_over_the_one_a_task_names(builds):
+    from trainer.environments import make_environment
+    from trainer.spec.environments import EpisodeBudget
+
+    run = desk_evaluation(make_environment(ORDERS_ENTRY))
+    [result] = evaluate_tasks([named(order_tasks()[0], "replay")], run, SamplingConfig(),
+                              budget=EpisodeBudget(max_turns=6))  # fmt: skip
+    assert builds == [] and run.task_environments == {}  # nothing built for the task: the job's serves it
+    assert result.execution_success and result.verdict["reason"] == "the orders end as expected"
+
+
+def test_a_single_answer_runs_in_the_environment_its_task_names_and_none_without_one():
+    replayed = recorded(order_tasks()[3])  # cancel chloe's only order: one lookup, then the cancel
+    calls = [ToolCall(entry["name"], entry["arguments"]) for entry in replayed.episode.start_state["recorded"]]
+    lookup_only, whole = format_tool_calls(calls[:1]), format_tool_calls(calls)
+    results = evaluate_tasks([replayed, replayed, task("plain")],
+                             evaluation([lookup_only, whole, call("get_weather", city="Paris")]), SamplingConfig())
+    assert [result.execution_success for result in results] == [False, True, None]
+
+
+class NeverGenerates:
+    name = "scripted"
+
+    def generate(self, prompts, sampling, hooks=None):
+        raise AssertionError("nothing may be generated before every environment is built")
+
+
+@pytest.mark.parametrize("budget", [None, 2])
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        ("trainer.examples.orders:nope", "environment 'trainer.examples.orders:nope' of task t1 cannot be built: "
+                                         "environment trainer.examples.orders:nope: trainer.examples.orders has no "
+                                         "nope"),
+        ("tau", "environment 'tau' of task t1 cannot be built: environment must be one of workbench, replay"),
+    ],
+)
+def test_a_task_naming_an_environment_that_cannot_be_built_fails_before_any_generation(budget, environment, message):
+    from trainer.spec.environments import EpisodeBudget
+
+    run = Evaluation(backend=NeverGenerates(), render=lambda t: t.id, verifier=get_verifier("binary"), policy=POLICY)
+    tasks = [task("t0"), named(task("t1"), environment), named(task("t2"), environment)]
+    with pytest.raises(SpecError, match=re.escape(message)):
+        evaluate_tasks(tasks, run, SamplingConfig(), budget=EpisodeBudget(budget) if budget else None)
+
+
+def test_episodes_with_no_environment_anywhere_fail_before_any_generation():
+    from trainer.evaluate import task_environments
+    from trainer.spec.environments import EpisodeBudget
+
+    run = Evaluation(backend=NeverGenerates(), render=lambda t: t.id, verifier=get_verifier("binary"), policy=POLICY)
+    tasks = [named(task("t0"), "replay", {"recorded": []}), task("t1")]
+    with pytest.raises(SpecError, match="episodes need an environment to run their calls in: task t1 names none"):
+        evaluate_tasks(tasks, run, SamplingConfig(), budget=EpisodeBudget(2))
+    with pytest.raises(SpecError, match="task t1 names none and the job names none"):
+        task_environments(tasks, None, POLICY, episodes=True)
+    assert task_environments(tasks, "workbench", POLICY, episodes=True) == {}  # the job's serves every task
+    assert list(task_environments(tasks, None, POLICY)) == ["replay"]
+
+
+def test_an_eval_job_whose_task_names_a_broken_environment_stops_before_loading_a_model(tmp_path, capfd):
+    from tests.trainer.test_eval_job import run_in_process
+    from tests.trainer.tiny_model import write_spec
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(named(order_tasks()[0], "trainer.examples.orders:nope").to_json_line() + "\n")
+    spec = write_spec(tmp_path / "run.json", task_paths=[str(tasks)], hyperparameters={"max_turns": 2})
+    code, events = run_in_process(spec, capfd)
+    assert code != 0 and events[-1]["event"] == "error" and events[-1]["kind"] == "bad_spec"
+    assert "environment 'trainer.examples.orders:nope' of task orders-refund-latest-ana" in events[-1]["message"]
+    assert not any(e["event"] == "log" and e["message"].startswith("model ready") for e in events)

@@ -496,3 +496,16 @@ def test_a_gate_with_max_turns_plays_episodes_for_both_models(tmp_path):
 def test_a_gate_without_a_candidate_adapter_is_a_bad_spec(tmp_path):
     code, events = run_gate(gate_spec(tmp_path))
     assert code != 0 and events[-1]["kind"] == "bad_spec" and "candidate adapter" in events[-1]["message"]
+
+
+def test_a_gate_whose_task_names_a_broken_environment_stops_before_loading_a_model(tmp_path):
+    orders = REPO_ROOT / "trainer" / "examples" / "orders_tasks.jsonl"
+    line = json.loads(orders.read_text().splitlines()[0])
+    heldout = tmp_path / "heldout.jsonl"
+    heldout.write_text(json.dumps({**line, "episode": {"environment": "trainer.examples.orders:nope"}}) + "\n")
+    spec = gate_spec(tmp_path, adapter=str(tmp_path / "candidate"), task_paths=[str(heldout)])
+    code, events = run_gate(spec)
+    assert code != 0 and events[-1]["kind"] == "bad_spec"
+    assert "environment 'trainer.examples.orders:nope' of task orders-refund-latest-ana cannot be built: " \
+           "environment trainer.examples.orders:nope: trainer.examples.orders has no nope" in events[-1]["message"]
+    assert not any(e["event"] == "log" and " ready: " in e["message"] for e in events)

@@ -2,6 +2,7 @@
 
 - `single_step`: one assistant turn, judged by the task's verifier (nothing is executed).
 - `workbench`: the multi-step workplace sandbox over WorkBench's tables, judged by its end state.
+- `replay`: a production trajectory's recorded tool results, judged by its ground-truth calls.
 - `package.module:factory`: a team's own environment (`trainer.environments.entry_point`).
 - `mcp:<command>`: a team's tools served by an MCP server over stdio (`trainer.environments.mcp`).
 
@@ -14,12 +15,13 @@ from __future__ import annotations
 from trainer.environments.base import Environment, Judgement, StepResult
 from trainer.environments.entry_point import EnvironmentUnavailable, is_entry_point, load_environment
 from trainer.environments.mcp import McpEnvironment, is_mcp, server_command
+from trainer.environments.replay import ReplayEnvironment
 from trainer.environments.single_step import SingleStepEnvironment
 from trainer.environments.workbench import WorkbenchEnvironment
 from trainer.verifiers import DEFAULT_VERIFIER, get_verifier
 from trainer.verifiers.safety import SafetyPolicy
 
-ENVIRONMENTS = (SingleStepEnvironment.name, WorkbenchEnvironment.name)
+ENVIRONMENTS = (SingleStepEnvironment.name, WorkbenchEnvironment.name, ReplayEnvironment.name)
 
 
 def environment_names() -> list[str]:
@@ -37,6 +39,8 @@ def make_environment(name: str, verifier: str = DEFAULT_VERIFIER, policy: Safety
         return SingleStepEnvironment(get_verifier(verifier, policy))
     if name == WorkbenchEnvironment.name:
         return WorkbenchEnvironment(policy=policy)
+    if name == ReplayEnvironment.name:
+        return ReplayEnvironment(policy)
     raise KeyError(f"unknown environment {name!r}; known: {', '.join(ENVIRONMENTS)}")
 
 

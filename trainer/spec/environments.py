@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Environments that execute calls against a state; single_step only re-verifies, so it has no end state.
-EXECUTING_ENVIRONMENTS = ("workbench",)
+# Environments that execute calls against a state (replay's is a recording); single_step only re-verifies.
+EXECUTING_ENVIRONMENTS = ("workbench", "replay")
 # A team's own environment: `package.module:factory` (trainer.environments.entry_point builds it), or
 # `mcp:<command>`, an MCP server over stdio (trainer.environments.mcp).
 ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer.contracts import ContractError
 from trainer.spec.config import SpecError, strict_tasks_field
-from trainer.spec.environments import EXECUTING_ENVIRONMENTS, EpisodeBudget, check_executing_environment
+from trainer.spec.environments import EpisodeBudget, check_executing_environment
 from trainer.verifiers import SafetyPolicy, verifier_names
 
 BACKENDS = ("transformers", "vllm", "auto")
@@ -64,10 +64,12 @@ class EvalConfig:
     bootstrap_resamples: int = field(default=1000, metadata={"help": "Bootstrap resamples per interval."})
     sample_events: int = field(default=8, metadata={"help": "How many per-task `sample` events to emit."})
     environment: str | None = field(default=None, metadata={
-        "help": "Run each answer's calls in this environment for execution success (workbench); null for none."})
+        "help": "Run each answer's calls in this environment for execution success (workbench); null for the one "
+                "each task's episode names (replay), else none."})
     max_turns: int = field(default=1, metadata={
         "help": "1: one answer per task, its calls run open-loop. More: an episode, where the model reads each "
-                "call's result from the environment and answers again, up to this many turns."})
+                "call's result from the environment and answers again, up to this many turns (every task needs "
+                "an environment: the job's, or its episode's)."})
     max_episode_tokens: int | None = field(default=None, metadata={
         "help": "Most tokens generated over a whole episode; null for max_turns x max_new_tokens."})
     strict_tasks: bool = strict_tasks_field()
@@ -84,10 +86,6 @@ class EvalConfig:
         check_executing_environment(self.environment)
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
-        if self.max_turns > 1 and self.environment is None:
-            raise ValueError("max_turns above 1 plays episodes, whose calls need an environment to run in: "
-                             f"set environment ({', '.join(EXECUTING_ENVIRONMENTS)}, 'package.module:factory' or "
-                             "'mcp:<command>')")
         self.sampling(seed=0)  # SamplingConfig checks the generation settings
         self.episode_budget()
 

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 
 from trainer.environments import EnvironmentUnavailable, make_environment
+from trainer.environments.entry_point import CALL_TIMEOUT_S, TimedEnvironment
 from trainer.examples.orders import OrderDesk
 from trainer.verifiers import SafetyPolicy
 
@@ -39,8 +40,10 @@ def team_module(tmp_path, monkeypatch):
 def test_an_entry_point_builds_the_teams_environment_with_the_agents_policy(team_module):
     policy = SafetyPolicy.from_json({**SafetyPolicy.default().to_json(), "name": "order desk"})
     environment = make_environment(f"{team_module}:good", policy=policy)
-    assert isinstance(environment, OrderDesk) and environment.policy == policy
-    assert isinstance(make_environment("trainer.examples.orders:environment"), OrderDesk)
+    assert isinstance(environment, TimedEnvironment) and environment.call_timeout_s == CALL_TIMEOUT_S
+    assert isinstance(environment.inner, OrderDesk) and environment.inner.policy == policy
+    assert environment.label == "orders" and isinstance(environment.spawn().inner, OrderDesk)
+    assert isinstance(make_environment("trainer.examples.orders:environment").inner, OrderDesk)
 
 
 @pytest.mark.parametrize(

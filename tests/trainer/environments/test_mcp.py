@@ -134,3 +134,51 @@ def test_an_eval_job_over_an_mcp_server_runs_episodes_and_exits(tmp_path):
     events = [json.loads(line) for line in completed.stdout.splitlines() if line.strip()]
     assert completed.returncode == 0 and events[-1]["event"] == "done", completed.stderr[-2000:]
     assert events[-1]["metrics"]["tasks"] == 2 and events[-1]["metrics"]["execution_success_rate"]["n"] == 2
+
+
+def test_a_server_that_dies_on_its_second_call_fails_that_episode_after_the_first_result_reached_the_model(tmp_path):
+    (tmp_path / "mortal.py").write_text(
+        textwrap.dedent("""
+        import os
+        from typing import Any
+        from mcp.server.mcpserver import MCPServer
+        server = MCPServer("mortal", log_level="ERROR")
+        calls = []
+
+        @server.tool()
+        def episode_reset(task: dict) -> str:
+            return "ready"
+
+        @server.tool()
+        def episode_judge() -> dict[str, Any]:
+            return {"execution_success": True, "reason": "pinged"}
+
+        @server.tool()
+        def ping() -> str:
+            calls.append(1)
+            if len(calls) == 2:
+                os._exit(1)
+            return "pong"
+
+        server.run("stdio")
+    """)
+    )
+    ping = Generation(text='<tool_call>{"name": "ping", "arguments": {}}</tool_call>', prompt_tokens=1,
+                      completion_tokens=1, finished=True, latency_s=0.0)  # fmt: skip
+    done = Generation(text="Pinged.", prompt_tokens=1, completion_tokens=1, finished=True, latency_s=0.0)
+
+    def replies(episodes):  # task 0 pings on every turn; task 1 pings once and answers
+        return [ping if not episode.turns or episode.task.id == tasks[0].id else done for episode in episodes]
+
+    tasks = load_tasks([TASKS])[:2]
+    environment = McpEnvironment([sys.executable, str(tmp_path / "mortal.py")], call_timeout_s=10)
+    try:
+        dead, alive = run_episodes(tasks, environment.spawn, replies, EpisodeBudget(max_turns=4))
+    finally:
+        environment.close()
+    assert [m["content"] for m in dead.messages if m["role"] == "tool"] == ["pong"]
+    assert dead.ended == "error" and len(dead.turns) == 2
+    assert dead.judgement.reason.startswith("turn 2: environment error on ping: RuntimeError: MCP server ")
+    assert "failed on ping" in dead.judgement.reason
+    assert not dead.judgement.passed and dead.judgement.execution_success is False
+    assert alive.ended == "answered" and alive.judgement.passed and alive.judgement.reason == "pinged"

@@ -10,8 +10,8 @@ from trainer.environments.workbench import WorkbenchEnvironment
 from trainer.verifiers.safety import SafetyPolicy
 
 
-def test_both_environments_are_registered():
-    assert environment_names() == ["single_step", "workbench"]
+def test_the_built_in_environments_are_registered():
+    assert environment_names() == ["single_step", "workbench", "replay"]
 
 
 def test_single_step_uses_the_named_verifier():
