@@ -41,9 +41,10 @@ LOG_METRICS = {
     "redraws": "dynamic_sampling/redraws",
     "mean_token_accuracy": "token_accuracy",
 }
-# The evaluator's overall keys reported as `heldout/<key>` metrics.
+# The evaluator's overall keys reported as `heldout/<key>` metrics (the last three only where tasks are episodes).
 HELDOUT_METRICS = ("valid_json_rate", "correct_tool_rate", "correct_arguments_rate", "execution_success_rate",
-                   "unsafe_action_rate", "verifier_pass_rate", "mean_reward")  # fmt: skip
+                   "unsafe_action_rate", "verifier_pass_rate", "mean_reward",
+                   "turns_per_episode", "calls_per_episode", "truncation_rate")  # fmt: skip
 
 
 @dataclass

@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 
 from trainer.contracts import ContractError
 from trainer.environments import EnvironmentUnavailable, environment_names, make_environment
@@ -24,12 +25,14 @@ from trainer.spec.bfcl import import_bfcl
 from trainer.spec.config import config_help
 from trainer.spec.eval import EvalConfig
 from trainer.spec.kinds import config_class
+from trainer.spec.workbench import episode_tasks, single_call_tasks
 from trainer.verifiers import DEFAULT_VERIFIER, get_verifier, verifier_names
 from trainer.verifiers.batch import Summary, read_tasks, verify_lines
 from trainer.verifiers.safety import SafetyPolicy
 
 EXIT_INPUT_ERRORS = 1
 EXIT_USAGE = 2
+DEFAULT_EXTERNAL = Path(__file__).resolve().parents[1].parent / "shared" / "external"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +77,13 @@ def add_tasks(sub: argparse._SubParsersAction) -> None:
                       help="write nothing and exit 1 when a question cannot be converted (by default it is skipped, "
                            "with its reason on stderr)")
     bfcl.set_defaults(handler=_tasks_from_bfcl)
+    workbench = kinds.add_parser("from-workbench", help="WorkBench's tasks to native task JSONL on stdout")
+    workbench.add_argument("--all", action="store_true",
+                           help="all 690 tasks as episodes of the workbench environment (lookups, several calls); "
+                                "by default only those one call answers with no lookup")
+    workbench.add_argument("--external", type=Path, default=DEFAULT_EXTERNAL,
+                           help="the folder holding workbench/ and nemo_gym/ (default: ../shared/external)")
+    workbench.set_defaults(handler=_tasks_from_workbench)
 
 
 def _tasks_from_bfcl(args: argparse.Namespace) -> int:
@@ -90,6 +100,17 @@ def _tasks_from_bfcl(args: argparse.Namespace) -> int:
         if args.strict or not imported.tasks:
             return EXIT_INPUT_ERRORS
     for task in imported.tasks:
+        sys.stdout.write(task.to_json_line() + "\n")
+    return 0
+
+
+def _tasks_from_workbench(args: argparse.Namespace) -> int:
+    try:
+        tasks = list(episode_tasks(args.external) if args.all else single_call_tasks(args.external))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"tasks from-workbench: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    for task in tasks:
         sys.stdout.write(task.to_json_line() + "\n")
     return 0
 

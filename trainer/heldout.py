@@ -2,6 +2,8 @@
 
 The same `trainer.evaluate` path as the eval job and the gate, on a seeded sample of the
 held-out snapshot, so a run's held-out curve and its final evaluation measure the same thing.
+A training config with `max_turns` above 1 evaluates each held-out task as an episode in its
+environment (`TrainingConfig.episode_budget`), as an eval job with the same settings does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from trainer.models import load_tokenizer, pick_device, resolve_model
 from trainer.prompts import render_prompt
 from trainer.rollout import TransformersBackend
 from trainer.spec.config import TrainingConfig
+from trainer.spec.environments import EpisodeBudget
 from trainer.spec.eval import SamplingConfig
 from trainer.spec.tasks import SkippedLine, read_task_files, seeded_sample
 from trainer.verifiers import SafetyPolicy, Verifier, get_verifier
@@ -47,6 +50,7 @@ class HeldoutEvaluator:
     environment: Environment | None = None
     seed: int = 0
     skipped: list[SkippedLine] = field(default_factory=list)  # bad lines of the held-out files, not loaded
+    budget: EpisodeBudget | None = None  # each task an episode of at most this; None: one answer per task
 
     @property
     def metric(self) -> str:
@@ -64,7 +68,7 @@ class HeldoutEvaluator:
         was_training = model.training
         model.eval()
         try:
-            results = evaluate_tasks(self.tasks, evaluation, sampling)
+            results = evaluate_tasks(self.tasks, evaluation, sampling, budget=self.budget)
         finally:
             if was_training:
                 model.train()
@@ -87,5 +91,5 @@ def heldout_evaluator(spec: RunSpec, config: TrainingConfig, device: str,
     return HeldoutEvaluator(
         tasks, tokenizer, pick_device(device), get_verifier(config.verifier, policy), policy,
         config.eval_max_new_tokens, config.eval_batch_size, execution_environment(config.environment, policy),
-        spec.seed, loaded.skipped,
+        spec.seed, loaded.skipped, config.episode_budget(config.eval_max_new_tokens),
     )  # fmt: skip

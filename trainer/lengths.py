@@ -8,13 +8,17 @@ against the tokenized reference answers of the train tasks: the run reports how 
 of them would be cut, naming the length needed. A limit left null is derived from the same
 lengths: the 99th percentile plus a margin, rounded up to a multiple of 8.
 
+Episode SFT (`max_turns` above 1) checks `max_length` the same way against the rendered reference
+episodes (`trainer.demonstrations`): each whole episode's tokens, and the tokens before its first
+answer (TRL drops an example whose answers the limit cuts away entirely).
+
 Held-out tasks are only counted, never used to derive a limit (nothing is tuned on them).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +62,19 @@ def example_tokens(tasks: Sequence[Task], tokenizer: Any) -> Lengths:
 def prompt_tokens(tasks: Sequence[Task], tokenizer: Any) -> Lengths:
     """Tokens of each prompt of a task with a reference answer: what an SFT example holds before its answer."""
     return Lengths("prompts", [_count(tokenizer, render_prompt(task, tokenizer)) for task in _with_answers(tasks)])
+
+
+def episode_tokens(examples: Sequence[Mapping[str, Sequence[int]]]) -> Lengths:
+    """Tokens of each pre-tokenized reference episode: what an episode SFT example holds."""
+    return Lengths("reference episodes", [len(example["input_ids"]) for example in examples])
+
+
+def first_answer_tokens(examples: Sequence[Mapping[str, Sequence[int]]]) -> Lengths:
+    """Tokens of each reference episode before its first answer token (every token when it has none)."""
+    return Lengths("prompts before the first answer", [
+        list(example["assistant_masks"]).index(1) if 1 in example["assistant_masks"] else len(example["input_ids"])
+        for example in examples
+    ])  # fmt: skip
 
 
 def refuse_empty_examples(prompts: Lengths, *, limit: int, events: EventStream) -> None:

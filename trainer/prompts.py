@@ -8,13 +8,17 @@ prompt carries the tools as JSON Schema and the output format, a JSON call insid
 `<tool_call>` tags that `trainer.parsing` reads; earlier tool calls and tool results in
 the conversation are written as text turns in that same format.
 `format_tool_calls` writes calls in that format, for history turns and SFT targets.
-Parsing what the model answers is `trainer.parsing`'s job.
+`render_episode` renders a whole episode (the task's messages, then the episode's turns) as one
+training text and marks where each of the episode's assistant turns lies in it, each exactly as
+`render_prompt` showed the turns before it (episode SFT). `CLOSING_TEXT` is the answer without a
+call that ends a reference episode. Parsing what the model answers is `trainer.parsing`'s job.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trainer.contracts import OMITTABLE, Task, ToolCall
@@ -27,6 +31,10 @@ FORMAT_INSTRUCTIONS = (
     '<tool_call>{"name": "tool_name", "arguments": {"argument_name": "value"}}</tool_call>\n'
     "Use one tag per call. If none of the tools fits the request, answer in plain text without a tool call."
 )
+# The last turn of a reference episode (episode SFT): an episode ends `answered` only on an answer without a
+# call, and the reference calls carry no such answer. One short fixed text, so that what the model learns there
+# is to stop calling once the work is done, not any wording; evaluation judges the end state, never this text.
+CLOSING_TEXT = "Done."
 _PROBE_MESSAGES = [{"role": "user", "content": "ping"}]
 _PROBE_TOOL = {"type": "function", "function": {"name": "flywheel_probe_tool", "description": "probe",
                                                  "parameters": {"type": "object", "properties": {}}}}
@@ -40,6 +48,50 @@ def render_prompt(task: Task, tokenizer: Any) -> str:
             task.messages, tools=task.tools, add_generation_prompt=True, tokenize=False
         ))
     return str(tokenizer.apply_chat_template(prompt_messages(task), add_generation_prompt=True, tokenize=False))
+
+
+class EpisodeRenderError(ValueError):
+    """The chat template renders earlier turns differently from how it prompted them: no one training text fits."""
+
+
+@dataclass(frozen=True)
+class RenderedEpisode:
+    """A whole episode as one text, and the [start, end) characters of each of its assistant turns.
+
+    A turn's span runs from where its prompt ended (`render_prompt` of the turns before it) through
+    the template's end-of-turn marker: what the model would have had to generate there.
+    """
+
+    text: str
+    assistant_spans: list[tuple[int, int]]
+
+
+def render_conversation(task: Task, tokenizer: Any) -> str:
+    """The task's messages rendered as a finished conversation (no generation prompt): `render_prompt`'s rendering."""
+    if template_supports_tools(tokenizer):
+        return str(tokenizer.apply_chat_template(task.messages, tools=task.tools, tokenize=False))
+    return str(tokenizer.apply_chat_template(prompt_messages(task), tokenize=False))
+
+
+def render_episode(task: Task, turns: Sequence[dict[str, Any]], tokenizer: Any) -> RenderedEpisode:
+    """`task` followed by an episode's `turns` (assistant and tool messages), with the assistant turns' spans.
+
+    An EpisodeRenderError when a turn's prompt is not where the whole text starts: a template that
+    rewrites earlier turns (drops their reasoning, say) shows the model text this one does not hold.
+    """
+    whole = render_conversation(replace(task, messages=[*task.messages, *turns]), tokenizer)
+    spans = []
+    for index, turn in enumerate(turns):
+        if turn.get("role") != "assistant":
+            continue
+        prompt = render_prompt(replace(task, messages=[*task.messages, *turns[:index]]), tokenizer)
+        # Trailing whitespace after the end-of-turn marker belongs to the next turn's prompt, not to the answer.
+        through = render_conversation(replace(task, messages=[*task.messages, *turns[: index + 1]]), tokenizer).rstrip()
+        if not (through.startswith(prompt) and whole.startswith(through)):
+            raise EpisodeRenderError(f"task {task.id}: the chat template renders turn {index + 1} of the episode "
+                                     "differently once later turns follow, so one text cannot hold every prompt")
+        spans.append((len(prompt), len(through)))
+    return RenderedEpisode(whole, spans)
 
 
 def template_supports_tools(tokenizer: Any) -> bool:

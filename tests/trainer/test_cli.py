@@ -113,3 +113,18 @@ def test_it_scores_bfcl_ground_truth_from_the_command_line(tmp_path, verifier):
     summary = output_rows(verified.stdout)[-1]["summary"]
     assert verified.returncode == 0, verified.stderr
     assert (summary["scored"], summary["passed"]) == (200, 200)
+
+
+@pytest.mark.skipif(not (REPO.parent / "shared" / "external" / "workbench").is_dir(), reason="needs WorkBench")
+@pytest.mark.parametrize(("flags", "count", "episodes"), [([], 41, False), (["--all"], 690, True)])
+def test_tasks_from_workbench_writes_the_single_call_tasks_or_with_all_every_task_as_an_episode(
+    capsys, flags, count, episodes
+):
+    assert main(["tasks", "from-workbench", *flags]) == 0
+    tasks = [Task.from_json(json.loads(line)) for line in capsys.readouterr().out.splitlines()]
+    assert len(tasks) == count and all((task.episode is not None) is episodes for task in tasks)
+
+
+def test_tasks_from_workbench_names_a_missing_folder(tmp_path, capsys):
+    assert main(["tasks", "from-workbench", "--all", "--external", str(tmp_path)]) == 2
+    assert "tasks from-workbench: " in capsys.readouterr().err

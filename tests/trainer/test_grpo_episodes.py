@@ -157,10 +157,12 @@ def test_a_grpo_job_trains_on_episodes_with_the_tool_results_masked(tmp_path, ca
 
 
 def test_a_grpo_job_samples_episodes_with_the_model_itself(tmp_path, capfd):
-    code = run_job(locker_spec(tmp_path, max_steps=1, eval_interval=0, checkpoint_interval=1, num_generations=2),
+    code = run_job(locker_spec(tmp_path, max_steps=1, eval_interval=1, checkpoint_interval=1, num_generations=2),
                    "grpo", grpo.run)  # fmt: skip
     events = events_in(capfd.readouterr().out)
     assert code == 0, events[-1]
+    # The held-out evaluation plays its tasks as episodes too, in the job's environment.
+    assert {"heldout/turns_per_episode", "heldout/calls_per_episode", "heldout/truncation_rate"} <= metric_names(events)
     turns = [e["value"] for e in events if e["event"] == "metric" and e["name"] == "episode/turns/mean"]
     assert turns and all(1 <= value <= 3 for value in turns)
     samples = [e for e in events if e["event"] == "sample"]

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tests.trainer.tiny_model import tiny_tasks
-from trainer.lengths import Lengths, answer_tokens, checked_limit, refuse_empty_examples, report_cut
+from trainer.lengths import (
+    Lengths,
+    answer_tokens,
+    checked_limit,
+    episode_tokens,
+    first_answer_tokens,
+    refuse_empty_examples,
+    report_cut,
+)
 from trainer.spec.config import SpecError
 
 
@@ -69,3 +77,10 @@ def test_sft_examples_whose_prompt_fills_the_limit_are_reported_and_all_of_them_
     with pytest.raises(SpecError, match=r"max_length 256 leaves no answer token in any of the 2 examples \(the "
                                         r"shortest prompt has 256 tokens\)"):
         refuse_empty_examples(Lengths("prompts", [300, 256]), limit=256, events=Recorder())
+
+
+def test_episodes_are_counted_whole_and_up_to_their_first_answer_token():
+    examples = [{"input_ids": [1, 2, 3, 4, 5], "assistant_masks": [0, 0, 1, 0, 1]},
+                {"input_ids": [1, 2, 3], "assistant_masks": [0, 0, 0]}]
+    assert episode_tokens(examples).counts == [5, 3]
+    assert first_answer_tokens(examples).counts == [2, 3]

@@ -9,10 +9,13 @@ from trainer.contracts import ExpectedCall, Task
 from trainer.models import load_tokenizer
 from trainer.parsing import parse_tool_calls
 from trainer.prompts import (
+    CLOSING_TEXT,
     FORMAT_INSTRUCTIONS,
+    EpisodeRenderError,
     format_tool_calls,
     prompt_messages,
     reference_calls,
+    render_episode,
     render_prompt,
     template_supports_tools,
 )
@@ -121,3 +124,34 @@ def test_reference_calls_leave_out_arguments_that_may_only_be_omitted():
         expected_calls=[ExpectedCall(name="get_weather", arguments={"city": ["Paris", "paris"], "unit": [""]})],
     )
     assert reference_calls(task)[0].arguments == {"city": "Paris"}
+
+
+def test_an_episode_renders_as_one_text_whose_answers_start_where_each_turns_prompt_ends(tokenizer):
+    task = weather_task()
+    turns = [
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "assistant", "content": CLOSING_TEXT},
+    ]  # fmt: skip
+    rendered = render_episode(task, turns, tokenizer)
+    (first_start, first_end), (last_start, last_end) = rendered.assistant_spans
+    assert rendered.text[:first_start] == render_prompt(task, tokenizer)
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    assert rendered.text[first_start:first_end] == call + "<|im_end|>"
+    assert rendered.text[last_start:last_end] == CLOSING_TEXT + "<|im_end|>"
+    assert "<tool_response>\nsunny\n</tool_response>" in rendered.text[first_end:last_start]
+
+
+def test_a_template_that_rewrites_earlier_turns_cannot_render_an_episode():
+    tokenizer = load_tokenizer(str(TINY_MODEL))
+    # Like templates that drop an earlier turn's reasoning: only the last assistant turn keeps its text.
+    tokenizer.chat_template = (
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+        "{% if message['role'] == 'assistant' and not loop.last %}(earlier){% else %}{{ message['content'] }}"
+        "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    turns = [{"role": "assistant", "content": "first"}, {"role": "user", "content": "more"},
+             {"role": "assistant", "content": "second"}]
+    with pytest.raises(EpisodeRenderError, match="renders turn 1 of the episode differently"):
+        render_episode(weather_task(), turns, tokenizer)

@@ -1,4 +1,8 @@
-"""The `sft` job's config: TRL's SFTTrainer on a LoRA adapter, learning the reference calls."""
+"""The `sft` job's config: TRL's SFTTrainer on a LoRA adapter, learning the reference calls.
+
+With `max_turns` above 1 (an `environment` set) the demonstrations are whole reference episodes
+played in that environment (`trainer.sft`), and `max_length` bounds each whole episode.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ class SftConfig(TrainingConfig):
     max_steps: int = field(default=-1, metadata={"help": "Stop after this many steps; -1 to run the epochs."})
     per_device_train_batch_size: int = field(default=4, metadata={"help": "Examples per step."})
     max_length: int | None = field(default=None, metadata={
-        "help": "Most tokens per example (prompt + completion); null: derived from the train tasks (99th percentile "
-                "+ 16). A run whose limit would cut the answers of more than max_truncated_share of them is refused."})
+        "help": "Most tokens per example (prompt + completion; with max_turns above 1, the whole reference episode); "
+                "null: derived from the train tasks (99th percentile + 16). A run whose limit would cut more than "
+                "max_truncated_share of them is refused."})
     warmup_ratio: float = field(default=0.05, metadata={"help": "Share of the steps spent warming up."})
 
     def __post_init__(self) -> None:

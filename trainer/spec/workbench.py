@@ -16,6 +16,20 @@ WorkBench's use `.`). Execution in WorkBench's sandbox is not done here.
 
 `workbench_split` splits them for training by WorkBench's `base_template`, so that every
 paraphrase of one template lands in one split (used by the learning run and the demo).
+
+`episode_tasks` is WorkBench whole: all 690 tasks, to be played as episodes in the `workbench`
+sandbox (lookups first, then the calls that change the state), judged by the end state:
+- expected calls: the answer's calls in order; an empty answer expects no change (no call);
+- not order-sensitive: the sandbox judges the end state, and no two calls of an answer edit
+  the same row (a test plays every answer reversed and reaches the same end state), so an
+  agent that makes the same calls in another order has done the task;
+- tools: the company directory's lookup, plus every tool (lookups included) of each domain the
+  row's `domains` column names and its calls touch. NeMo Gym's workplace assistant offers all 27
+  tools to every task, but their schemas take about 9,900 tokens in the demo model's prompt,
+  more than its context of 8,192; one domain takes about 1,700-2,200;
+- messages: WorkBench's system text (today's date and working hours, as NeMo Gym states it; no
+  directory: looking people up is part of the task) and the request.
+`workbench_multi_split` splits them by `base_template` like `workbench_split`.
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from trainer.contracts import ExpectedCall, Task, TaskMetadata, ToolCall, openai_tool
+from trainer.contracts import EpisodeSetup, ExpectedCall, Task, TaskMetadata, ToolCall, openai_tool
 from trainer.parsing import parse_tool_calls
 
 TODAY = date(2023, 11, 30)
@@ -69,6 +83,10 @@ def tools_by_domain(example_jsonl: Path) -> dict[str, list[dict[str, Any]]]:
 
 _DOMAINS = ("customer_relationship_manager", "project_management", "company_directory", "calendar", "email",
             "analytics")
+_DOMAIN_ALIASES = {"crm": "customer_relationship_manager"}  # as WorkBench's `domains` column spells one
+_DIRECTORY = "company_directory"
+ENVIRONMENT = "workbench"
+Split = tuple[list[Task], list[Task], dict[str, list[str]]]  # train, held-out, {"train"|"heldout": templates}
 
 
 def _normal(text: str) -> str:
@@ -166,10 +184,52 @@ def workbench_templates(external: Path) -> dict[str, str]:
     return templates
 
 
-def workbench_split(external: Path) -> tuple[list[Task], list[Task], dict[str, list[str]]]:
+def episode_tasks(external: Path) -> Iterator[Task]:
+    """All WorkBench tasks as episode tasks of the `workbench` sandbox (see module doc), in file order."""
+    workbench = external / "workbench"
+    tools = tools_by_domain(external / "nemo_gym" / "workplace_assistant" / "example.jsonl")
+    for path in sorted((workbench / "processed" / "queries_and_answers").glob("*.csv")):
+        with path.open(encoding="utf-8", newline="") as rows:
+            for number, row in enumerate(csv.DictReader(rows), start=1):
+                yield _episode_task(row, f"workbench-{path.stem.removesuffix('_queries_and_answers')}-{number}", tools)
+
+
+def _episode_task(row: Mapping[str, str], task_id: str, tools: Mapping[str, list[dict[str, Any]]]) -> Task:
+    calls = answer_calls(row["answer"])
+    domains = task_domains(row["domains"], calls)
+    return Task(
+        id=task_id,
+        messages=[{"role": "system", "content": SYSTEM_TEXT}, {"role": "user", "content": row["query"].strip()}],
+        tools=[tool for domain in (_DIRECTORY, *domains) for tool in tools[domain]],
+        expected_calls=[ExpectedCall.exact(call.name, call.arguments) for call in calls],
+        no_call_expected=not calls,
+        metadata=TaskMetadata(source=f"workbench:{'+'.join(domains)}"),
+        episode=EpisodeSetup(environment=ENVIRONMENT),
+    )
+
+
+def task_domains(column: str, calls: Sequence[ToolCall]) -> list[str]:
+    """The domains the row's `domains` column names and its calls touch, in `_DOMAINS` order (the directory aside)."""
+    named = {_DOMAIN_ALIASES.get(name, name) for name in ast.literal_eval(column)}
+    touched = {next(d for d in _DOMAINS if call.name.startswith(d + "_")) for call in calls}
+    unknown = named - set(_DOMAINS)
+    if unknown:
+        raise ValueError(f"unknown WorkBench domain(s) {sorted(unknown)}")
+    return [domain for domain in _DOMAINS if domain in (named | touched) - {_DIRECTORY}]
+
+
+def workbench_split(external: Path) -> Split:
     """(train, held-out, {"train": templates, "heldout": templates}), grouped by base_template."""
-    tasks = list(single_call_tasks(external))
-    templates = workbench_templates(external)
+    return split_by_template(list(single_call_tasks(external)), workbench_templates(external))
+
+
+def workbench_multi_split(external: Path) -> Split:
+    """All 690 episode tasks as (train, held-out, templates of each), grouped by base_template as `workbench_split`."""
+    return split_by_template(list(episode_tasks(external)), workbench_templates(external))
+
+
+def split_by_template(tasks: Sequence[Task], templates: Mapping[str, str]) -> Split:
+    """A seeded third of the tasks' templates (rounded) held out, with every task of a template in its split."""
     names = sorted({templates[task.id] for task in tasks})
     held = set(random.Random(SPLIT_SEED).sample(names, round(len(names) * HELDOUT_SHARE)))
     train = [task for task in tasks if templates[task.id] not in held]

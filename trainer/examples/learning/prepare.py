@@ -15,6 +15,10 @@ Deterministic: the same inputs give byte-identical files.
   41 tasks come from only 5 templates, one per tool, so the held-out tasks call tools that no
   train task calls: a test of the format on unseen tools, not of more examples of seen ones.
 
+- WorkBench whole (`trainer.spec.workbench.episode_tasks`, all 690 tasks, played as episodes in
+  the `workbench` environment: lookups, several calls, or none): split by `base_template` the same
+  way (`workbench_multi_split`), into `workbench_multi_train.jsonl` / `workbench_multi_heldout.jsonl`.
+
 Checks, each an error when it fails: no request text (the last user message) and no task id in
 both splits, no WorkBench template in both. Also writes `split.json` (counts, ids, templates).
 
@@ -32,7 +36,7 @@ from typing import Any
 from trainer.contracts import Task
 from trainer.spec.bfcl import SPLIT_SEED, bfcl_split
 from trainer.spec.tasks import last_user_text, write_tasks
-from trainer.spec.workbench import workbench_split
+from trainer.spec.workbench import workbench_multi_split, workbench_split
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -71,10 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_disjoint("bfcl", bfcl_train, bfcl_heldout)
     wb_train, wb_heldout, templates = workbench_split(args.external)
     check_disjoint("workbench", wb_train, wb_heldout)
+    multi_train, multi_heldout, multi_templates = workbench_multi_split(args.external)
+    check_disjoint("workbench_multi", multi_train, multi_heldout)
 
     files: Mapping[str, Sequence[Task]] = {
         "bfcl_train.jsonl": bfcl_train, "bfcl_heldout.jsonl": bfcl_heldout,
         "workbench_train.jsonl": wb_train, "workbench_heldout.jsonl": wb_heldout,
+        "workbench_multi_train.jsonl": multi_train, "workbench_multi_heldout.jsonl": multi_heldout,
     }  # fmt: skip
     for name, tasks in files.items():
         write_tasks(args.out / name, tasks)
@@ -82,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seed": SPLIT_SEED,
         "bfcl_simple_python": summary(bfcl_train, bfcl_heldout),
         "workbench_single_call": summary(wb_train, wb_heldout, templates=templates),
+        "workbench_multi": summary(multi_train, multi_heldout, templates=multi_templates),
     }
     (args.out / "split.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     for name, tasks in files.items():
