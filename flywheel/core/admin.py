@@ -15,7 +15,7 @@ from flywheel.core.models import Agent, ApiToken, AuditEvent
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["name", "description", "tools_source", "member_count", "created_at"]
+    list_display = ["name", "description", "tools_source", "environment", "member_count", "created_at"]
     search_fields = ["name", "description", "members__username"]
     filter_horizontal = ["members", "teams"]
 
@@ -25,10 +25,12 @@ class AgentAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
         if change:
-            services.agent_update(actor=request.user, agent=obj, description=obj.description, tools=obj.tools)
+            services.agent_update(actor=request.user, agent=obj, description=obj.description, tools=obj.tools,
+                                  environment=obj.environment)
         else:
             created = services.agent_create(
-                actor=request.user, name=obj.name, description=obj.description, tools=obj.tools
+                actor=request.user, name=obj.name, description=obj.description, tools=obj.tools,
+                environment=obj.environment,
             )
             obj.pk = created.pk
 

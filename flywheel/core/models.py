@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from flywheel.core.environments import allowed_environment
 from flywheel.core.roles import PERMISSION_DESCRIPTIONS
 
 
@@ -51,6 +52,12 @@ class Agent(UUIDModel, TimestampedModel):
     # OpenAI `tools` form: [{"type": "function", "function": {"name", "description", "parameters"}}]
     tools = models.JSONField(default=list, blank=True)
     tools_source = models.CharField(max_length=16, choices=ToolsSource.choices, default=ToolsSource.UPLOADED)
+    # Where the agent's tasks run as episodes; a job of the agent that names none gets it in its spec.
+    environment = models.CharField(
+        max_length=500, blank=True, validators=[allowed_environment],
+        help_text="Where this agent's tasks run as episodes: workbench, replay, or a Python entry point or MCP "
+                  "server the operator allows (TRAINER_ENVIRONMENTS); empty for none.",
+    )  # fmt: skip
     # Who sees and acts on the agent's rows (`selectors.agents_filter`), besides all-agents users.
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL,

@@ -85,21 +85,24 @@ def tools_normalize(tools: Any) -> list[dict[str, Any]]:
 
 
 @transaction.atomic
-def agent_create(*, actor: Actor, name: str, description: str = "", tools: Any = ()) -> Agent:
-    agent = Agent(name=name, description=description, tools=tools_normalize(list(tools)))
+def agent_create(*, actor: Actor, name: str, description: str = "", tools: Any = (), environment: str = "") -> Agent:
+    agent = Agent(name=name, description=description, tools=tools_normalize(list(tools)), environment=environment)
     agent.full_clean()
     agent.save()
-    audit_record(actor=actor, action="agent.create", target=agent, data={"tools": agent.tool_names()})
+    audit_record(actor=actor, action="agent.create", target=agent,
+                 data={"tools": agent.tool_names(), "environment": agent.environment})  # fmt: skip
     return agent
 
 
 @transaction.atomic
-def agent_update(*, actor: Actor, agent: Agent, description: str, tools: Any) -> Agent:
+def agent_update(*, actor: Actor, agent: Agent, description: str, tools: Any, environment: str = "") -> Agent:
     agent.description = description
     agent.tools = tools_normalize(tools)
+    agent.environment = environment
     agent.full_clean()
     agent.save()
-    audit_record(actor=actor, action="agent.update", target=agent, data={"tools": agent.tool_names()})
+    audit_record(actor=actor, action="agent.update", target=agent,
+                 data={"tools": agent.tool_names(), "environment": agent.environment})  # fmt: skip
     return agent
 
 

@@ -11,6 +11,7 @@ re-sends queued jobs whose message was never sent or was sent long ago and never
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from functools import partial
@@ -18,10 +19,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from flywheel.core.environments import allowed_environment
 from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record, outbox_send
 from flywheel.datasets.models import Split, TaskSetSnapshot
@@ -48,7 +51,6 @@ from trainer.contracts import (
     SampleEvent,
     read_json_lines,
 )
-from trainer.environments import environment_names
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.kinds import config_class
 
@@ -82,7 +84,8 @@ def job_launch(
         raise LaunchRefused("a gate compares a candidate adapter with its baseline: name the candidate's adapter")
     if not isinstance(hyperparameters or {}, dict):
         raise LaunchRefused("hyperparameters must be a JSON object")
-    _check_hyperparameters(kind, hyperparameters or {})
+    hyperparameters = _with_agent_environment(kind, hyperparameters or {}, agent or snapshot.agent)
+    _check_hyperparameters(kind, hyperparameters)
     if kind in TRAINING_KINDS:
         _check_training_snapshots(snapshot, heldout_snapshot)
     if kind == JobKind.MINE:
@@ -131,15 +134,23 @@ def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:
         config_from_json(config_class(kind), fields, f"{kind} hyperparameters")
     except SpecError as error:
         raise LaunchRefused(str(error)) from None
-    _check_environment(fields.get("environment"))
+    name = fields.get("environment")
+    if isinstance(name, str):
+        try:
+            allowed_environment(name)
+        except ValidationError as error:
+            raise LaunchRefused(error.messages[0]) from None
 
 
-def _check_environment(name: object) -> None:
-    # A team's environment runs its code on the workers: only the ones the operator listed.
-    if isinstance(name, str) and name not in environment_names() and name not in settings.TRAINER_ENVIRONMENTS:
-        listed = ", ".join([*environment_names(), *settings.TRAINER_ENVIRONMENTS])
-        raise LaunchRefused(f"environment {name!r} is not one this installation allows (TRAINER_ENVIRONMENTS); "
-                            f"allowed: {listed}")
+def _with_agent_environment(kind: str, hyperparameters: dict[str, Any], agent: Agent | None) -> dict[str, Any]:
+    """The hyperparameters, with the agent's environment where the kind takes one and they name none.
+
+    Written into the job's own hyperparameters, so the job page and a rerun show where it ran.
+    """
+    takes = any(item.name == "environment" for item in dataclasses.fields(config_class(kind)))
+    if agent is None or not agent.environment or not takes or "environment" in hyperparameters:
+        return hyperparameters
+    return {**hyperparameters, "environment": agent.environment}
 
 
 def _check_training_snapshots(snapshot: TaskSetSnapshot, heldout: TaskSetSnapshot | None) -> None:
