@@ -1,10 +1,18 @@
-"""Draft a regression task from a trajectory: the context up to the failing step and the call to expect.
+"""Draft a regression task from a trajectory: the context up to the failing step and the call to expect,
+or an episode that starts at a user turn before it.
 
 The messages are the trajectory's steps before the marked step, turned back into OpenAI chat
 messages (tool calls as assistant `tool_calls`, results as `tool` messages); the tools are the
 agent's catalogue; the wrong call is the marked step's. For tau-bench trajectories the record's
 ground-truth actions (`metadata.info.task.actions`) are offered as the expected call, the one
 naming the same tool first. Reads only; the service saves.
+
+An episode draft (`episode_draft`) keeps the conversation up to and including a user turn
+(by default the last one before the failing step); its expected calls are the ground-truth
+actions the trajectory had not already made before that turn, in the record's order. Its
+episode runs in the agent's environment, or where the agent names none in `replay`, which
+answers from the trajectory's tool calls after that turn and their recorded results (the start
+state holds them either way).
 """
 
 from __future__ import annotations
@@ -13,7 +21,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from flywheel.datasets.models import Environment
 from flywheel.ingest.models import Step, StepKind, Trajectory
+from trainer.contracts import EpisodeSetup
+
+USER_KINDS = (StepKind.USER, StepKind.HUMAN_INTERVENTION)
 
 
 @dataclass
@@ -68,13 +80,22 @@ def _messages(steps: list[Step]) -> list[dict[str, Any]]:
     return messages
 
 
-def _ground_truth(trajectory: Trajectory, wrong_name: str) -> list[dict[str, Any]]:
+def _actions(trajectory: Trajectory) -> list[tuple[str, dict[str, Any]]]:
+    """tau-bench's ground-truth actions as (name, arguments), in the record's order."""
     actions = ((trajectory.metadata.get("info") or {}).get("task") or {}).get("actions") or []
-    calls = [
-        {"name": action["name"], "arguments": {key: [value] for key, value in (action.get("kwargs") or {}).items()}}
+    return [
+        (action["name"], action.get("kwargs") or {})
         for action in actions
         if isinstance(action, dict) and isinstance(action.get("name"), str)
     ]
+
+
+def _expected(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "arguments": {key: [value] for key, value in arguments.items()}}
+
+
+def _ground_truth(trajectory: Trajectory, wrong_name: str) -> list[dict[str, Any]]:
+    calls = [_expected(name, arguments) for name, arguments in _actions(trajectory)]
     return sorted(calls, key=lambda call: call["name"] != wrong_name)
 
 
@@ -96,3 +117,92 @@ def task_draft(*, trajectory: Trajectory, step_index: int | None = None) -> Task
         wrong_call=wrong,
         suggested_calls=_ground_truth(trajectory, marked.tool_name),
     )
+
+
+@dataclass
+class EpisodeDraft:
+    """An episode task drafted from a trajectory: it starts by answering the user turn `start_index`."""
+
+    start_index: int
+    starts: list[Step]
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    expected: list[dict[str, Any]]
+    episode: EpisodeSetup
+
+    @property
+    def recorded(self) -> list[dict[str, Any]]:
+        return list(self.episode.start_state["recorded"])
+
+
+def default_start(steps: list[Step], failing: int) -> int:
+    """The last user turn before the failing step, else the first user turn."""
+    turns = [step.index for step in steps if step.kind in USER_KINDS]
+    if not turns:
+        raise ValueError("the trajectory has no user turn to start an episode at")
+    before = [index for index in turns if index < failing]
+    return before[-1] if before else turns[0]
+
+
+def _result_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def recorded_calls(steps: list[Step], after: int) -> list[dict[str, Any]]:
+    """The tool calls after step `after` with their recorded results, for the replay to answer from.
+
+    A call whose arguments were not a JSON object, or that got no result, has nothing a model's
+    call could match or be answered with, so it is left out.
+    """
+    results = {step.tool_call_id: step for step in steps if step.kind == StepKind.TOOL_RESULT and step.tool_call_id}
+    recorded = []
+    for step in steps:
+        result = results.get(step.tool_call_id) if step.tool_call_id else None
+        if step.index <= after or step.kind != StepKind.TOOL_CALL or result is None:
+            continue
+        if isinstance(step.tool_arguments, dict) and not step.tool_arguments_raw:
+            recorded.append({"name": step.tool_name, "arguments": step.tool_arguments,
+                             "result": _result_value(result.text)})  # fmt: skip
+    return recorded
+
+
+def _remaining_actions(trajectory: Trajectory, steps: list[Step], start: int) -> list[dict[str, Any]]:
+    """The ground-truth actions the trajectory had not already made, same name and arguments, before `start`."""
+    made = [(step.tool_name, step.tool_arguments) for step in steps
+            if step.kind == StepKind.TOOL_CALL and step.index < start]  # fmt: skip
+    remaining = []
+    for name, arguments in _actions(trajectory):
+        if (name, arguments) in made:
+            made.remove((name, arguments))
+        else:
+            remaining.append(_expected(name, arguments))
+    return remaining
+
+
+def episode_draft(*, trajectory: Trajectory, draft: TaskDraft, start: int | None = None) -> EpisodeDraft:
+    """The episode that starts at the user turn `start` (default: the last one before `draft`'s step)."""
+    steps = list(trajectory.steps.order_by("index"))
+    starts = [step for step in steps if step.kind in USER_KINDS]
+    start_index = default_start(steps, draft.step_index) if start is None else start
+    if start_index not in {step.index for step in starts}:
+        raise ValueError(f"step {start_index} is not a user turn of the trajectory")
+    recorded = recorded_calls(steps, start_index)
+    # Without a recorded ground truth the failing call is prefilled, to be corrected, as for a next-call task.
+    expected = _remaining_actions(trajectory, steps, start_index) if draft.suggested_calls else draft.expected_calls()
+    return EpisodeDraft(
+        start_index=start_index,
+        starts=starts,
+        messages=_messages([step for step in steps if step.index <= start_index]),
+        tools=draft.tools,
+        expected=expected,
+        episode=EpisodeSetup(environment=trajectory.agent.environment or Environment.REPLAY.value,
+                             start_state={"recorded": recorded}),
+    )
+
+
+def environment_column(name: str) -> str:
+    """What a task's `environment` column says for an episode in the environment `name`."""
+    return name if name in Environment.values else Environment.TEAM

@@ -14,7 +14,7 @@ from flywheel.core.jsonbody import json_parse
 from flywheel.core.models import Agent
 from flywheel.datasets.models import Environment, SourceKind, Split
 from flywheel.datasets.selectors import TaskFilters
-from trainer.contracts import ContractError, Task
+from trainer.contracts import ContractError, EpisodeSetup, Task
 
 
 def _choices(options: Any) -> list[tuple[str, str]]:
@@ -73,7 +73,11 @@ class TaskEditForm(forms.Form):
 
 
 class TaskWriteForm(forms.Form):
-    """A new task, written from scratch or prefilled from a trajectory; the service validates the rules."""
+    """A new task, written from scratch or prefilled from a trajectory; the service validates the rules.
+
+    `episode`, given for a task converted into an episode, is added to the task as drafted: it is
+    the trajectory's own recording, so it comes from the trajectory, not from the form's fields.
+    """
 
     external_id = forms.CharField(max_length=255, label="Task id")
     split = forms.ChoiceField(choices=Split.choices, initial=Split.HELDOUT)
@@ -88,11 +92,12 @@ class TaskWriteForm(forms.Form):
     no_call_expected = forms.BooleanField(required=False)
     order_sensitive = forms.BooleanField(required=False)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, episode: EpisodeSetup | None = None, **kwargs: Any) -> None:
         from flywheel.triage.models import Bucket
 
         super().__init__(*args, **kwargs)
         self.fields["bucket"].queryset = Bucket.objects.all()  # type: ignore[attr-defined]
+        self.episode = episode
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -104,6 +109,7 @@ class TaskWriteForm(forms.Form):
                 "expected_calls": json_parse(data.get("expected_calls") or "[]", what="expected_calls"),
                 "no_call_expected": data.get("no_call_expected", False),
                 "order_sensitive": data.get("order_sensitive", False),
+                "episode": self.episode.to_json() if self.episode is not None else None,
             }
             data["task"] = Task.from_json(content)
         except ValueError as exc:

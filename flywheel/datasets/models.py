@@ -16,6 +16,8 @@ class Split(models.TextChoices):
 class Environment(models.TextChoices):
     SINGLE_STEP = "single_step", "Single-step tool call"
     WORKBENCH = "workbench", "WorkBench sandbox"
+    REPLAY = "replay", "Replay of a recorded trajectory"
+    TEAM = "team", "The team's own environment"
 
 
 class SourceKind(models.TextChoices):

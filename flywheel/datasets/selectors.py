@@ -1,4 +1,4 @@
-"""Reads of the datasets app: filtered task lists, a split's breakdown, snapshots.
+"""Reads of the datasets app: filtered task lists, a split's breakdown, a task's episode, snapshots.
 
 Every read takes the viewer and keeps to the agents they may see; tasks and snapshots of no
 agent are for all-agents users (`flywheel.core.selectors`).
@@ -15,7 +15,12 @@ from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 
 from flywheel.core.selectors import agents_filter
-from flywheel.datasets.models import RegressionTask, TaskSetSnapshot
+from flywheel.datasets.models import Environment, RegressionTask, TaskSetSnapshot
+from flywheel.ingest.models import Step
+from flywheel.ingest.parsers.base import RecordError
+from flywheel.ingest.trace import trace_steps
+from trainer.contracts import Task
+from trainer.environments.replay import ExpectedAnswer, answerable_calls
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,50 @@ def task_duplicate_of(*, task: RegressionTask, viewer: User) -> RegressionTask |
     if task.duplicate_of_id is None:
         return None
     return task_visible(viewer=viewer).filter(pk=task.duplicate_of_id).first()
+
+
+def task_message_steps(*, task: RegressionTask) -> list[Step] | None:
+    """The task's messages as the trace viewer shows them; None where they are not chat the viewer reads."""
+    try:
+        return trace_steps(task.content.get("messages") or [])
+    except RecordError:
+        return None
+
+
+@dataclass(frozen=True)
+class TaskEpisode:
+    """What a task played as an episode starts from; `answers` only for the replay environment."""
+
+    environment: str
+    start_state: dict[str, Any]
+    expected_state: dict[str, Any] | None
+    recorded: list[dict[str, Any]] | None
+    answers: list[ExpectedAnswer]
+
+
+def replay_answers(*, task: RegressionTask) -> list[ExpectedAnswer]:
+    """Which expected calls the replay answers with a recorded result, by the replay environment's own rule.
+
+    A recorded call answers an expected call when the `tool_call` verifier would accept it as that
+    call (`trainer.environments.replay.answerable_calls`); the others get an error observation.
+    """
+    return answerable_calls(Task.from_json(task.content))
+
+
+def task_episode(*, task: RegressionTask) -> TaskEpisode | None:
+    """The task's episode setup as the task page shows it; None for a task that is not an episode."""
+    episode = task.content.get("episode")
+    if episode is None:
+        return None
+    environment = episode.get("environment") or "the job's environment"
+    replay = environment == Environment.REPLAY
+    return TaskEpisode(
+        environment=environment,
+        start_state=episode.get("start_state") or {},
+        expected_state=episode.get("expected_state"),
+        recorded=(episode.get("start_state") or {}).get("recorded") if replay else None,
+        answers=replay_answers(task=task) if replay else [],
+    )
 
 
 def task_list(*, filters: TaskFilters, viewer: User) -> QuerySet[RegressionTask]:

@@ -1,4 +1,5 @@
-"""Checks a task must pass before it is saved: a user message, and expected calls that fit their tools.
+"""Checks a task must pass before it is saved: a user message, expected calls that fit their tools,
+and for a replay episode a recording the replay can read.
 
 Structural problems (no user message, an unknown tool, a missing required argument, an argument
 the schema forbids) always refuse a task. A value that does not fit its argument's type or enum
@@ -14,7 +15,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from trainer.contracts import OMITTABLE, Task
+from flywheel.datasets.models import Environment
+from trainer.contracts import OMITTABLE, ContractError, Task
+from trainer.environments.replay import recorded_calls
 
 
 @dataclass
@@ -37,6 +40,11 @@ def task_problems(task: Task) -> Problems:
             problems.structural.append(f"expected call {call.name}: no such tool among the task's tools")
         else:
             _call_problems(call.name, call.arguments, schema, problems)
+    if task.episode is not None and task.episode.environment == Environment.REPLAY:
+        try:
+            recorded_calls(task)
+        except ContractError as exc:
+            problems.structural.append(str(exc))
     return problems
 
 

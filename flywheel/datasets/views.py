@@ -17,13 +17,14 @@ from flywheel.core.selectors import choices_limit, sees_all_agents
 from flywheel.core.services import audit_record
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets import selectors, services
-from flywheel.datasets.conversion import task_draft
+from flywheel.datasets.conversion import environment_column, episode_draft, task_draft
 from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
 from flywheel.datasets.forms import SnapshotForm, TaskEditForm, TaskFilterForm, TaskWriteForm
-from flywheel.datasets.models import RegressionTask, SourceKind, TaskSetSnapshot
+from flywheel.datasets.models import Environment, RegressionTask, SourceKind, TaskSetSnapshot
 from flywheel.ingest.selectors import trajectory_visible
 
 PAGE_SIZE = 50
+EPISODE_MODE = "episode"
 
 
 @permission_required(Perm.VIEW)
@@ -60,7 +61,9 @@ def _snapshot(request: AuthedRequest, snapshot_id: UUID) -> TaskSetSnapshot:
 def task_detail(request: AuthedRequest, task_id: UUID) -> HttpResponse:
     task = _task(request, task_id)
     context = {"task": task, "revisions": task.revisions.all(),
-               "duplicate_of": selectors.task_duplicate_of(task=task, viewer=request.user)}  # fmt: skip
+               "duplicate_of": selectors.task_duplicate_of(task=task, viewer=request.user),
+               "message_steps": selectors.task_message_steps(task=task),
+               "episode": selectors.task_episode(task=task)}  # fmt: skip
     return render(request, "datasets/task_detail.html", context)
 
 
@@ -117,29 +120,40 @@ def task_new(request: AuthedRequest) -> HttpResponse:
     return saved or render(request, "datasets/task_new.html", {"form": form})
 
 
+def _digits(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
 @permission_required(Perm.EDIT_TASKS)
 def task_from_trajectory(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
+    """Draft a next-call task at a step (`?step=N`) or, with `?mode=episode`, an episode from a user turn (`start`)."""
     trajectory = get_object_or_404(trajectory_visible(viewer=request.user).select_related("agent"), pk=trajectory_id)
-    step = request.GET.get("step")
+    step, episode_mode = _digits(request.GET.get("step")), request.GET.get("mode") == EPISODE_MODE
     try:
-        draft = task_draft(trajectory=trajectory, step_index=int(step) if step and step.isdigit() else None)
+        draft = task_draft(trajectory=trajectory, step_index=step)
+        start = _digits(request.GET.get("start"))
+        episode = episode_draft(trajectory=trajectory, draft=draft, start=start) if episode_mode else None
     except ValueError as exc:
         raise Http404(str(exc)) from exc
+    name = trajectory.external_id or trajectory.id
     initial = {
-        "external_id": f"{trajectory.external_id or trajectory.id}@step{draft.step_index}",
-        "messages": pretty_json(draft.messages),
+        "external_id": f"{name}@turn{episode.start_index}" if episode else f"{name}@step{draft.step_index}",
+        "messages": pretty_json(episode.messages if episode else draft.messages),
         "tools": pretty_json(draft.tools),
-        "expected_calls": pretty_json(draft.expected_calls()),
+        "expected_calls": pretty_json(episode.expected if episode else draft.expected_calls()),
     }
-    form = TaskWriteForm(request.POST or None, initial=initial)
+    form = TaskWriteForm(request.POST or None, initial=initial, episode=episode.episode if episode else None)
     origin = services.TaskOrigin(
-        source_kind=SourceKind.TRAJECTORY, source_ref=f"step {draft.step_index}", source_trajectory_id=trajectory.id
-    )
+        source_kind=SourceKind.TRAJECTORY, source_trajectory_id=trajectory.id,
+        source_ref=f"episode from step {episode.start_index}" if episode else f"step {draft.step_index}",
+        environment=environment_column(str(episode.episode.environment)) if episode else Environment.SINGLE_STEP,
+    )  # fmt: skip
     saved = _save_written(request, form, trajectory.agent, origin)
     context = {
         "form": form,
         "trajectory": trajectory,
         "draft": draft,
+        "episode": episode,
         "suggested": [pretty_json([c]) for c in draft.suggested_calls],
     }
     return saved or render(request, "datasets/task_from_trajectory.html", context)

@@ -27,6 +27,8 @@ from django.utils import timezone
 from flywheel.core.models import Agent
 from flywheel.core.selectors import agents_filter, visible_agents
 from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.ingest.models import Step
+from flywheel.ingest.trace import trace_steps
 from flywheel.training.models import EvalRun, Job, JobKind, JobState, MetricPoint, Sample
 from trainer.spec.kinds import config_class
 from trainer.spec.tasks import SKIPPED_TASKS, SkippedLine
@@ -58,6 +60,13 @@ EVAL_SCALARS: tuple[tuple[str, str], ...] = (
     ("calls_per_episode", "Calls per episode"),
 )
 EVAL_EPISODE_RATES: tuple[tuple[str, str], ...] = (("truncation_rate", "Episodes cut by a budget"),)
+# Why an episode ended (trainer.episodes), as the per-task rows say it.
+EPISODE_ENDS = {
+    "answered": "answered without a call", "done": "the environment was done",
+    "unreadable": "an answer could not be read", "error": "the environment failed",
+    "turn_budget": "turn budget spent", "token_budget": "token budget spent",
+}  # fmt: skip
+RESULTS_SHOWN = 500
 
 
 # --- Lists ------------------------------------------------------------------------------------
@@ -360,16 +369,67 @@ class BucketRates:
 
 
 @dataclass(frozen=True)
+class ResultRow:
+    """One per-task result line; `ended` in words where the result is an episode."""
+
+    index: int
+    result: dict[str, Any]
+    ended: str
+
+
+@dataclass(frozen=True)
 class EvalReport:
     run: EvalRun
     rates: list[Rate]
     scalars: list[tuple[str, object]]
     buckets: list[BucketRates]
     recommendation: dict[str, Any]
+    rows: list[ResultRow]
+    episodes: bool
 
 
 def eval_run_for(*, job: Job) -> EvalRun | None:
     return EvalRun.objects.select_related("snapshot", "job").filter(job=job).first()
+
+
+def _ended(result: Mapping[str, Any]) -> str:
+    ended = str(result.get("ended") or "")
+    return EPISODE_ENDS.get(ended, ended)
+
+
+def _result_rows(results: list[Any]) -> list[ResultRow]:
+    return [
+        ResultRow(index=index, result=result, ended=_ended(result))
+        for index, result in enumerate(results[:RESULTS_SHOWN])
+        if isinstance(result, dict)
+    ]
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    """One evaluated episode: its result line, the task's starting chat and the episode's turns as trace steps."""
+
+    index: int
+    result: dict[str, Any]
+    ended: str
+    context: list[Step]
+    steps: list[Step]
+
+
+def eval_episode(*, run: EvalRun, index: int) -> EpisodeView | None:
+    """The `index`th result of the run as an episode; None when there is no such result or it is not an episode.
+
+    The starting chat is the task's as the run's snapshot holds it; messages the trace viewer cannot
+    read raise the parser's RecordError.
+    """
+    results = run.results or []
+    result = results[index] if 0 <= index < len(results) else None
+    if not isinstance(result, dict) or not isinstance(result.get("episode"), list):
+        return None
+    item = run.snapshot.items.filter(content__id=str(result.get("task_id"))).first()
+    context = trace_steps(item.content.get("messages") or []) if item else []
+    return EpisodeView(index=index, result=result, ended=_ended(result), context=context,
+                       steps=trace_steps(result["episode"], first=len(context)))  # fmt: skip
 
 
 def eval_report(*, run: EvalRun) -> EvalReport:
@@ -381,8 +441,10 @@ def eval_report(*, run: EvalRun) -> EvalReport:
         for name, values in sorted((run.per_bucket or {}).items())
     ]
     rates = eval_rates(metrics) + eval_rates(metrics, EVAL_EPISODE_RATES)
+    rows = _result_rows(run.results or [])
     return EvalReport(run=run, rates=rates, scalars=scalars, buckets=buckets,
-                      recommendation=run.recommendation or {})  # fmt: skip
+                      recommendation=run.recommendation or {}, rows=rows,
+                      episodes=any(row.result.get("turns") is not None for row in rows))  # fmt: skip
 
 
 def eval_rates(metrics: Mapping[str, Any], names: tuple[tuple[str, str], ...] = EVAL_RATES) -> list[Rate]:

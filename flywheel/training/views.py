@@ -26,6 +26,7 @@ from flywheel.core.roles import Perm
 from flywheel.core.selectors import choices_limit
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.datasets.selectors import snapshot_list
+from flywheel.ingest.parsers.base import RecordError
 from flywheel.training import charts, selectors, services
 from flywheel.training.forms import (
     DEFAULT_HYPERPARAMETERS,
@@ -202,6 +203,20 @@ def eval_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
         "bucket_figure": figure_json(charts.bucket_figure(report.buckets)) if report.buckets else None,
     }  # fmt: skip
     return render(request, "training/eval_detail.html", context)
+
+
+@permission_required(Perm.VIEW)
+def eval_episode(request: AuthedRequest, job_id: UUID, index: int) -> HttpResponse:
+    """One evaluated episode (the `index`th per-task result) in the trace viewer."""
+    job = _job(request, job_id)
+    run = selectors.eval_run_for(job=job)
+    try:
+        episode = selectors.eval_episode(run=run, index=index) if run is not None else None
+    except RecordError as exc:
+        raise Http404(f"the episode cannot be shown: {exc}") from exc
+    if episode is None:
+        raise Http404("this evaluation has no such episode")
+    return render(request, "training/eval_episode.html", {"job": job, "run": run, "episode": episode})
 
 
 def recommended_launch_url(run: EvalRun) -> str | None:
