@@ -12,11 +12,14 @@ from flywheel.core.models import Agent
 from flywheel.core.roles import Role
 from flywheel.datasets.conversion import episode_draft, task_draft
 from flywheel.datasets.models import RegressionTask
-from flywheel.datasets.services import TaskOrigin, TaskRefused, task_create
+from flywheel.datasets.services import TaskOrigin, TaskRefused, snapshot_create, task_create
 from flywheel.ingest.models import StepKind, Trajectory
 from flywheel.ingest.parsers import FieldMapping
 from flywheel.ingest.services import IngestOptions, stream_ingest
+from flywheel.training.models import EvalRun
+from flywheel.training.services import job_launch
 from tests.flywheel.ingest.conftest import TAU_MAPPING
+from tests.flywheel.training.conftest import TINY_MODEL, wait_for
 from trainer.contracts import EpisodeSetup, Task
 
 pytestmark = pytest.mark.django_db
@@ -217,3 +220,26 @@ def test_an_agent_that_names_its_environment_gets_its_episodes_played_there(clie
     task = RegressionTask.objects.get()
     assert task.environment == "workbench" and task.content["episode"]["environment"] == "workbench"
     assert task.content["episode"]["start_state"]["recorded"]  # kept: the recording is the trajectory's either way
+
+
+# --- Evaluated on a worker --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_converted_episode_task_is_evaluated_in_the_replay_on_a_worker(episode_task, make_user,
+                                                                        celery_worker_process):
+    celery_worker_process("gpu")
+    snapshot = snapshot_create(actor=None, name="airline-episodes", split="heldout", agent=episode_task.agent)
+    job = job_launch(actor=make_user(Role.TRAINER), kind="eval", snapshot=snapshot, base_model=str(TINY_MODEL),
+                     hyperparameters={"device": "cpu", "max_new_tokens": 16, "max_turns": 2})  # fmt: skip
+    job = wait_for(job, ("succeeded", "failed"), timeout=300)
+    assert job.state == "succeeded", job.error + job.log_tail
+    assert "environment" not in job.hyperparameters  # the agent names none: the task's own replay plays it
+    assert "in the environment each task names" in job.log_tail
+    (result,) = EvalRun.objects.get(job=job).results
+    assert result["ended"] and 1 <= result["turns"] <= 2 and result["episode"]
+    # Judged by the replay's ground truth (a random model makes none of the four calls), not left unjudged.
+    assert result["execution_success"] is False
+    assert "expected call 1 of 4, get_reservation_details, was not made" in result["verdict"]["reason"]

@@ -81,10 +81,11 @@ def test_an_eval_job_plays_episodes_against_the_example_mcp_server_on_a_worker(t
 @pytest.mark.slow
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_a_grpo_job_trains_on_episodes_of_a_team_environment_on_a_worker(team_environments, trainer,
+@pytest.mark.parametrize("environment", [ORDERS, ORDERS_MCP], ids=["entry_point", "mcp"])
+def test_a_grpo_job_trains_on_episodes_of_a_team_environment_on_a_worker(environment, team_environments, trainer,
                                                                         celery_worker_process):
     celery_worker_process("gpu")
-    agent = agent_create(actor=None, name="desk", environment=ORDERS)
+    agent = agent_create(actor=None, name="desk", environment=environment)
     hyperparameters = {"num_generations": 2, "max_steps": 2, "max_completion_length": 24, "max_turns": 2,
                        "eval_interval": 0, "checkpoint_interval": 0, "max_truncated_share": 1.0, "device": "cpu"}
     job = services.job_launch(actor=trainer, kind="grpo", snapshot=orders_snapshot("train", agent),
