@@ -353,7 +353,11 @@ class MetricEvent:
 
 @dataclass(frozen=True)
 class SampleEvent:
-    """One completion worth showing: the prompt, what the model wrote, its reward and components."""
+    """One completion worth showing: the prompt, what the model wrote, its reward and components.
+
+    `episode`, where the completion was a multi-turn episode: its turns as OpenAI chat messages
+    (the model's answers, its calls, the environment's results), after the task's own messages.
+    """
 
     step: int
     task_id: str
@@ -361,10 +365,14 @@ class SampleEvent:
     completion: str
     reward: float
     components: dict[str, float] = field(default_factory=dict)
+    episode: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"event": "sample", "step": self.step, "task_id": self.task_id, "prompt": self.prompt,
+        line = {"event": "sample", "step": self.step, "task_id": self.task_id, "prompt": self.prompt,
                 "completion": self.completion, "reward": self.reward, "components": self.components}
+        if self.episode is not None:
+            line["episode"] = self.episode
+        return line
 
 
 @dataclass(frozen=True)

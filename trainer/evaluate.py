@@ -422,7 +422,7 @@ def _finish(
     metrics_path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     for task, result in list(zip(tasks, results, strict=True))[: config.sample_events]:
         events.emit(SampleEvent(step=0, task_id=task.id, prompt=last_user_text(task), completion=result.output,
-                                reward=result.reward, components=result.verdict["components"]))
+                                reward=result.reward, components=result.verdict["components"], episode=result.episode))
     overall = report["overall"]
     for name, value in overall.items():
         number = value.get("value") if isinstance(value, dict) else value

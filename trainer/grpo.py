@@ -46,6 +46,7 @@ class Scored:
     reward: float
     components: dict[str, float]
     episode: dict[str, float] = dataclasses.field(default_factory=dict)  # turns, truncated: logged, not rewarded
+    messages: list[dict[str, Any]] | None = None  # an episode's turns as chat messages, for its samples
 
 
 class TaskReward:
@@ -93,7 +94,7 @@ class TaskReward:
                 components = episode_components(played.task, played.calls, judgement.passed, bool(judgement.unsafe))
                 reward = round(sum(components.values()), 6)
             shape = {"turns": float(judgement.turns), "truncated": float(judgement.truncated)}
-            batch.append(Scored(played.task.id, played.output, reward, components, shape))
+            batch.append(Scored(played.task.id, played.output, reward, components, shape, list(played.messages)))
         self.last_batch = batch
         return [row.reward for row in batch]
 
@@ -120,7 +121,8 @@ class TaskReward:
     def samples(self, step: int, limit: int) -> list[SampleEvent]:
         """The last batch's first completions; the prompt shown is the task's request, not the whole template."""
         return [SampleEvent(step=step, task_id=row.task_id, prompt=last_user_text(self.tasks[row.task_id]),
-                            completion=row.completion, reward=row.reward, components=row.components)
+                            completion=row.completion, reward=row.reward, components=row.components,
+                            episode=row.messages)
                 for row in self.last_batch[:limit]]
 
 

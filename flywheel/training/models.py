@@ -114,6 +114,8 @@ class Sample(models.Model):
     completion = models.TextField()
     reward = models.FloatField()
     components = models.JSONField(default=dict)
+    # A multi-turn episode's turns as chat messages (trainer.contracts.SampleEvent); null for one answer.
+    episode = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "step", "id"]

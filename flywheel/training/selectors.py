@@ -20,7 +20,7 @@ from uuid import UUID
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
-from django.db.models import F, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
@@ -318,8 +318,12 @@ def job_samples(
     component_min: float | None = None,
     component_max: float | None = None,
 ) -> QuerySet[Sample]:
-    """The job's samples, newest checkpoint first; filtered by step, reward and one reward component's range."""
-    samples = Sample.objects.filter(job=job)
+    """The job's samples, newest checkpoint first; filtered by step, reward and one reward component's range.
+
+    An episode's turns are left unread (`sample_episode` reads them); `has_episode` says whether there are any.
+    """
+    samples = Sample.objects.filter(job=job).defer("episode").annotate(
+        has_episode=ExpressionWrapper(Q(episode__isnull=False), output_field=BooleanField()))
     if step is not None:
         samples = samples.filter(step=step)
     if min_reward is not None:
@@ -336,6 +340,33 @@ def job_samples(
         if component_max is not None:
             samples = samples.filter(component_value__lte=component_max)
     return samples.order_by("-step", "reward", "id")
+
+
+@dataclass(frozen=True)
+class SampleEpisode:
+    """One sampled training episode: the sample, the task's starting chat and the episode's turns as trace steps."""
+
+    sample: Sample
+    context: list[Step]
+    steps: list[Step]
+
+
+def sample_episode(*, job: Job, sample_id: int) -> SampleEpisode | None:
+    """The job's sample `sample_id` as an episode; None when there is no such sample or it is one answer.
+
+    The starting chat is the task's as the job's train snapshot holds it; messages the trace viewer
+    cannot read raise the parser's RecordError.
+    """
+    sample = Sample.objects.filter(job=job, pk=sample_id).first()
+    if sample is None or not isinstance(sample.episode, list):
+        return None
+    context = _task_chat(job.snapshot, sample.task_id)
+    return SampleEpisode(sample=sample, context=context, steps=trace_steps(sample.episode, first=len(context)))
+
+
+def _task_chat(snapshot: TaskSetSnapshot, task_id: str) -> list[Step]:
+    item = snapshot.items.filter(content__id=task_id).first()
+    return trace_steps(item.content.get("messages") or []) if item else []
 
 
 def sample_facets(*, job: Job) -> tuple[list[int], list[str]]:
@@ -426,8 +457,7 @@ def eval_episode(*, run: EvalRun, index: int) -> EpisodeView | None:
     result = results[index] if 0 <= index < len(results) else None
     if not isinstance(result, dict) or not isinstance(result.get("episode"), list):
         return None
-    item = run.snapshot.items.filter(content__id=str(result.get("task_id"))).first()
-    context = trace_steps(item.content.get("messages") or []) if item else []
+    context = _task_chat(run.snapshot, str(result.get("task_id")))
     return EpisodeView(index=index, result=result, ended=_ended(result), context=context,
                        steps=trace_steps(result["episode"], first=len(context)))  # fmt: skip
 

@@ -214,6 +214,7 @@ def job_event_store(*, job: Job, event: JobEvent) -> None:
         Sample.objects.create(
             job=job, step=event.step, task_id=storable(event.task_id)[:255], prompt=storable(event.prompt),
             completion=storable(event.completion), reward=event.reward, components=storable(event.components),
+            episode=storable(event.episode),
         )  # fmt: skip
     elif isinstance(event, LogEvent | CheckpointEvent):
         line = event.message if isinstance(event, LogEvent) else f"checkpoint at step {event.step}: {event.path}"

@@ -11,6 +11,7 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/", views.job_detail, name="job_detail"),
     path("jobs/<uuid:job_id>/live", views.job_live, name="job_live"),
     path("jobs/<uuid:job_id>/samples", views.job_samples, name="job_samples"),
+    path("jobs/<uuid:job_id>/samples/<int:sample_id>/episode/", views.sample_episode, name="sample_episode"),
     path("jobs/<uuid:job_id>/chart.json", views.job_chart, name="job_chart"),
     path("jobs/<uuid:job_id>/cancel/", views.job_cancel, name="job_cancel"),
     path("jobs/<uuid:job_id>/evaluation/", views.eval_detail, name="eval_detail"),

@@ -206,6 +206,19 @@ def eval_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
 
 
 @permission_required(Perm.VIEW)
+def sample_episode(request: AuthedRequest, job_id: UUID, sample_id: int) -> HttpResponse:
+    """One sampled training (or evaluation) episode in the trace viewer."""
+    job = _job(request, job_id)
+    try:
+        episode = selectors.sample_episode(job=job, sample_id=sample_id)
+    except RecordError as exc:
+        raise Http404(f"the episode cannot be shown: {exc}") from exc
+    if episode is None:
+        raise Http404("this job has no such sampled episode")
+    return render(request, "training/sample_episode.html", {"job": job, "episode": episode})
+
+
+@permission_required(Perm.VIEW)
 def eval_episode(request: AuthedRequest, job_id: UUID, index: int) -> HttpResponse:
     """One evaluated episode (the `index`th per-task result) in the trace viewer."""
     job = _job(request, job_id)

@@ -167,3 +167,5 @@ def test_a_grpo_job_samples_episodes_with_the_model_itself(tmp_path, capfd):
     assert turns and all(1 <= value <= 3 for value in turns)
     samples = [e for e in events if e["event"] == "sample"]
     assert samples and all(sample["components"] for sample in samples)
+    # Each sample carries its whole episode, which starts with the model's first answer.
+    assert all(sample["episode"] and sample["episode"][0]["role"] == "assistant" for sample in samples)

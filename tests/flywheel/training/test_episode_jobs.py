@@ -12,7 +12,7 @@ from flywheel.core.services import agent_create
 from flywheel.datasets.importers import read
 from flywheel.datasets.services import snapshot_create, tasks_import
 from flywheel.training import services
-from flywheel.training.models import EvalRun, MetricPoint
+from flywheel.training.models import EvalRun, MetricPoint, Sample
 from flywheel.training.services import LaunchRefused
 from tests.conftest import REPO_ROOT
 from tests.flywheel.training.conftest import TINY_MODEL, wait_for
@@ -76,6 +76,8 @@ def test_an_eval_job_plays_episodes_against_the_example_mcp_server_on_a_worker(t
     assert len(run.results) == 6 and all(result["ended"] and result["turns"] >= 1 for result in run.results)
     assert "turns_per_episode" in run.metrics
     assert all(result["execution_success"] is False for result in run.results)  # a random model solves nothing
+    samples = Sample.objects.filter(job=job)
+    assert samples and all(sample.episode and sample.episode[0]["role"] == "assistant" for sample in samples)
 
 
 @pytest.mark.slow

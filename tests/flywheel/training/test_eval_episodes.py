@@ -23,9 +23,10 @@ from flywheel.ingest.models import StepKind, Trajectory
 from flywheel.ingest.parsers import FieldMapping
 from flywheel.ingest.services import IngestOptions, stream_ingest
 from flywheel.ingest.trace import trace_steps
-from flywheel.training.models import EvalRun, Job
+from flywheel.training.models import EvalRun, Job, Sample
+from flywheel.training.services import job_event_store
 from tests.flywheel.ingest.conftest import TAU_MAPPING
-from trainer.contracts import Task
+from trainer.contracts import SampleEvent, Task, event_from_json
 from trainer.evaluate import Evaluation, TaskResult, evaluate_tasks
 from trainer.rollout import Generation
 from trainer.spec.environments import EpisodeBudget
@@ -165,3 +166,47 @@ def test_the_trace_adapter_reads_chat_messages_as_the_ingest_parser_does():
                                                            (6, "assistant")]  # fmt: skip
     assert (steps[1].tool_name, steps[1].tool_arguments, steps[2].tool_name, steps[2].is_error) == (
         "lookup", {"id": "OWZ4XL"}, "lookup", True)  # fmt: skip
+
+
+# --- Sampled episodes on the job page ---------------------------------------------------------
+
+
+@pytest.fixture
+def sampled_episode(episode_task) -> Sample:
+    """A training job's sample event that carries an episode, stored as the runner stores every event."""
+    RegressionTask.objects.filter(pk=episode_task.pk).update(split="train")
+    snapshot = snapshot_create(actor=None, name="airline train", split="train", agent=episode_task.agent)
+    job = Job.objects.create(kind="grpo", snapshot=snapshot, base_model="demo", state="running", attempts=1,
+                             agent=episode_task.agent)  # fmt: skip
+    result = replayed(episode_task)
+    event = event_from_json({"event": "sample", "step": 4, "task_id": result.task_id, "prompt": "change my flight",
+                             "completion": result.output, "reward": result.reward, "components": {"passed": 1.0},
+                             "episode": result.episode})  # fmt: skip
+    job_event_store(job=job, event=event)
+    job_event_store(job=job, event=SampleEvent(step=4, task_id="one-answer", prompt="p", completion="c", reward=0.0))
+    return Sample.objects.get(job=job, task_id=result.task_id)
+
+
+def test_a_sampled_episode_is_linked_from_the_job_page_and_opens_in_the_trace_viewer(client, make_user,
+                                                                                    sampled_episode):
+    client.force_login(make_user(Role.VIEWER))
+    job_page = client.get(reverse("training:job_detail", args=[sampled_episode.job_id])).content.decode()
+    url = reverse("training:sample_episode", args=[sampled_episode.job_id, sampled_episode.id])
+    assert job_page.count("data-sample-episode") == 1 and url in job_page  # the one-answer sample has no link
+    page = client.get(url).content.decode()
+    context, episode = page.split("<h2>The episode</h2>")
+    assert "The reservation ID is OWZ4XL." in context
+    called = re.findall(r'<li class="step kind-tool_call" id="step-\d+">.*?<code class="tool-name">(\w+)</code>',
+                        episode, re.S)  # fmt: skip
+    assert called == ["get_reservation_details", "search_direct_flight", "update_reservation_flights",
+                      "update_reservation_flights"]  # fmt: skip
+    assert "Your flight is changed." in episode and "<dd data-step>4</dd>" in page
+
+
+def test_a_sample_that_is_one_answer_or_not_visible_has_no_episode_page(client, make_user, sampled_episode):
+    one_answer = Sample.objects.get(job=sampled_episode.job, task_id="one-answer")
+    client.force_login(make_user(Role.VIEWER))
+    assert client.get(reverse("training:sample_episode", args=[one_answer.job_id, one_answer.id])).status_code == 404
+    client.force_login(make_user(Role.VIEWER, agents=[Agent.objects.create(name="another-agent")]))
+    url = reverse("training:sample_episode", args=[sampled_episode.job_id, sampled_episode.id])
+    assert client.get(url).status_code == 404
