@@ -5,7 +5,10 @@ never solves gives only such groups. For each train task (the spec's task files,
 sample of them) the model generates k completions in one sampled pass (`num_samples` = k, seeded
 by the spec), and each completion is judged: by the environment where the config names one
 (workbench: the episode passed, which needs the expected end state and no unsafe call), else by the
-verifier's verdict `passed`. A task solved by between `min_solved` and `max_solved` of its k
+verifier's verdict `passed`. With `max_turns` above 1 each of the k samples is a whole episode in
+the environment (`trainer.episodes`, the k episodes of every task played together, each turn one
+sampled answer per live episode), judged passed or not as GRPO on episodes will reward it. A task
+solved by between `min_solved` and `max_solved` of its k
 samples is kept (`trainer.spec.mine.MineConfig`).
 
 The job writes `mined.jsonl` (the kept tasks, each line `Task.to_json_line()`, in file order) and
@@ -17,6 +20,7 @@ any task file is read, and so is a task file holding a task filed as held-out. I
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -25,10 +29,12 @@ from typing import Any
 
 from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task
 from trainer.environments import Environment
+from trainer.episodes import Episode, run_episodes
 from trainer.evaluate import execution_environment
 from trainer.jobs import EventStream, JobStopped, StopFlag
-from trainer.rollout import GenerationBackend, GenerationHooks, open_runtime
+from trainer.rollout import Generation, GenerationBackend, GenerationHooks, open_runtime
 from trainer.spec.config import SpecError, config_from_json
+from trainer.spec.environments import EpisodeBudget
 from trainer.spec.eval import SamplingConfig, safety_policy
 from trainer.spec.mine import MineConfig
 from trainer.spec.tasks import last_user_text, read_task_files, seeded_sample, skipped_warning, with_skipped
@@ -69,10 +75,16 @@ def solves(task: Task, completions: Sequence[str], verifier: Verifier, environme
 
 
 def mine_tasks(
-    tasks: Sequence[Task], mining: Mining, sampling: SamplingConfig, hooks: GenerationHooks | None = None
+    tasks: Sequence[Task], mining: Mining, sampling: SamplingConfig, hooks: GenerationHooks | None = None,
+    budget: EpisodeBudget | None = None,
 ) -> list[Mined]:
-    """k sampled completions per task (one batched pass), each judged: the tasks' solves, in task order."""
+    """k sampled completions per task (one batched pass), each judged: the tasks' solves, in task order.
+
+    With a `budget`, k sampled episodes per task instead (`mine_episodes`).
+    """
     hooks = hooks or GenerationHooks()
+    if budget is not None:
+        return mine_episodes(tasks, mining, sampling, hooks, budget)
     generations = mining.backend.generate([mining.render(task) for task in tasks], sampling, hooks)
     mined = []
     for task, samples in zip(tasks, generations, strict=True):
@@ -80,6 +92,32 @@ def mine_tasks(
             raise JobStopped()
         texts = [sample.text for sample in samples]
         mined.append(Mined(task, texts, solves(task, texts, mining.verifier, mining.environment)))
+    return mined
+
+
+def mine_episodes(
+    tasks: Sequence[Task], mining: Mining, sampling: SamplingConfig, hooks: GenerationHooks, budget: EpisodeBudget,
+) -> list[Mined]:
+    """`sampling.num_samples` episodes per task in the mining environment, each judged passed or not."""
+    environment = mining.environment
+    if environment is None:
+        raise SpecError("episodes need an environment to run their calls in")
+    k = sampling.num_samples
+    one_each = dataclasses.replace(sampling, num_samples=1)
+
+    def respond(episodes: list[Episode]) -> list[Generation]:
+        if hooks.should_stop():
+            raise JobStopped()
+        generations = mining.backend.generate([mining.render(episode.conversation) for episode in episodes],
+                                              one_each, hooks)  # fmt: skip
+        return [samples[0] for samples in generations]
+
+    episodes = run_episodes([task for task in tasks for _ in range(k)], environment.spawn, respond, budget)
+    mined = []
+    for index, task in enumerate(tasks):
+        played = episodes[index * k:(index + 1) * k]
+        mined.append(Mined(task, [episode.output for episode in played],
+                           [episode.judgement is not None and episode.judgement.passed for episode in played]))
     return mined
 
 
@@ -126,10 +164,14 @@ def run(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     events.emit(LogEvent(f"mining {len(tasks)} of {len(loaded.tasks)} train tasks, {config.samples} samples each, "
                          f"keeping those solved {config.min_solved} to {config.upper_bound} times, on "
                          f"{spec.base_model}" + (f" + adapter {spec.adapter}" if spec.adapter else "")))
+    budget = config.episode_budget()
+    if budget is not None:
+        events.emit(LogEvent(f"each sample an episode of at most {budget.max_turns} turns and {budget.max_tokens} "
+                             f"generated tokens in {config.environment}"))
     mined = mine_tasks(tasks, _mining(spec, config, events), config.sampling(spec.seed), GenerationHooks(
         should_stop=lambda: stop.requested,
         on_progress=lambda done, total: events.emit(LogEvent(f"generated {done}/{total}")),
-    ))  # fmt: skip
+    ), budget)  # fmt: skip
     return with_skipped(_finish(spec, config, mined, events), loaded.skipped)
 
 

@@ -213,3 +213,79 @@ def test_mine_help_names_its_config(capsys):
     with pytest.raises(SystemExit):
         main(["mine", "--help"])
     assert "MineConfig in trainer.spec.mine" in " ".join(capsys.readouterr().out.split())
+
+
+# --- Episodes ---------------------------------------------------------------------------------
+
+LOCKER = "tests.trainer.test_grpo_episodes:locker"
+# Of its 8 sampled episodes, locker A's first 3 read the code before opening; every one of B's; none of C's.
+READS = {"locker_A": 3, "locker_B": 8, "locker_C": 0}
+
+
+class LockerAgent:
+    """A sampled agent in the locker: asks for the code (READS[task] of its episodes) or guesses it, then opens.
+
+    The code is only in `read_code`'s result, so an episode is solved only when that result reached the agent.
+    """
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.started: dict[str, int] = {}
+        self.batches: list[int] = []
+
+    def generate(self, prompts, sampling: SamplingConfig, hooks: GenerationHooks | None = None):
+        assert sampling.num_samples == 1  # one answer per live episode a turn
+        self.batches.append(len(prompts))
+        return [[Generation(self._answer(json.loads(prompt)), 10, 5, True, 0.01)] for prompt in prompts]
+
+    def _answer(self, conversation: dict[str, Any]) -> str:
+        task_id, messages = conversation["id"], conversation["messages"]
+        results = [message["content"] for message in messages if message["role"] == "tool"]
+        if not results:
+            self.started[task_id] = self.started.get(task_id, 0) + 1
+            reads = self.started[task_id] <= READS[task_id]
+            return call_text("read_code") if reads else call_text("open_locker", code="a guess")
+        if results[-1].startswith("{"):
+            return call_text("open_locker", code=json.loads(results[-1])["code"])
+        return "I could not open it."
+
+
+def call_text(name: str, **arguments: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def locker_task(task_id: str) -> Task:
+    return Task(id=task_id, messages=[{"role": "user", "content": "Open the locker."}], tools=[],
+                expected_calls=[ExpectedCall.exact("open_locker", {})],
+                metadata=TaskMetadata(source="test", split="train"))  # fmt: skip
+
+
+class EpisodeRuntime:
+    def __init__(self, backend: LockerAgent) -> None:
+        self.backend = backend
+        self.description = "scripted"
+
+    def render(self, task: Task) -> str:
+        return json.dumps({"id": task.id, "messages": task.messages})
+
+
+def test_with_max_turns_each_sample_is_an_episode_solved_only_by_reading_the_environment(tmp_path, capfd,
+                                                                                         monkeypatch):
+    agent = LockerAgent()
+    monkeypatch.setattr(mine, "open_runtime", lambda *args, **kwargs: EpisodeRuntime(agent))
+    spec = write_mine_spec(tmp_path, [locker_task(task_id) for task_id in READS],
+                           hyperparameters={"environment": LOCKER, "max_turns": 3})  # fmt: skip
+    code, events = run_mine(spec, capfd)
+    assert code == 0, events[-1]
+    rates = [json.loads(line) for line in (tmp_path / "out" / "pass_rates.jsonl").read_text().splitlines()]
+    assert {rate["task_id"]: rate["solved"] for rate in rates} == READS
+    assert [json.loads(line)["id"] for line in (tmp_path / "out" / "mined.jsonl").read_text().splitlines()] == [
+        "locker_A"]
+    assert agent.batches[0] == K * len(READS)  # every task's k episodes answered together, turn by turn
+    assert any("each sample an episode of at most 3 turns" in event.get("message", "") for event in events)
+
+
+def test_episodes_without_an_environment_are_refused_before_any_model_loads(tmp_path, capfd):
+    code, events = run_mine(write_mine_spec(tmp_path, hyperparameters={"max_turns": 3}), capfd)
+    assert code == EXIT_FAILED and "need an environment" in events[-1]["message"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainer.spec.config import check_at_least, strict_tasks_field
-from trainer.spec.environments import check_executing_environment
+from trainer.spec.environments import EpisodeBudget, check_executing_environment
 from trainer.spec.eval import BACKENDS, SamplingConfig
 from trainer.verifiers import DEFAULT_VERIFIER, verifier_names
 
@@ -43,6 +43,11 @@ class MineConfig:
     environment: str | None = field(default=None, metadata={
         "help": "workbench: a sample solves the task when the sandbox judges its episode passed (end state reached, "
                 "no unsafe call) instead of the verifier; null for the verifier."})
+    max_turns: int = field(default=1, metadata={
+        "help": "1: each sample is one answer, its calls run open-loop. More: each sample is an episode in the "
+                "environment, up to this many turns, as GRPO with the same max_turns will play it."})
+    max_episode_tokens: int | None = field(default=None, metadata={
+        "help": "Most tokens generated over a whole episode; null for max_turns x max_new_tokens."})
     backend: str = field(default="transformers", metadata={
         "help": "Generation backend: transformers, vllm, or auto (vllm where it is installed and a GPU exists)."})
     device: str = field(default="auto", metadata={"help": "Torch device for transformers: auto, cpu, cuda, cuda:1 ..."})
@@ -67,6 +72,11 @@ class MineConfig:
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         check_executing_environment(self.environment)
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        if self.max_turns > 1 and self.environment is None:
+            raise ValueError("max_turns above 1 mines episodes, whose calls need an environment to run in")
+        self.episode_budget()
         if self.sample_size is not None and self.sample_size < 1:
             raise ValueError("sample_size must be at least 1 (or null for all train tasks)")
         self.sampling(seed=0)  # SamplingConfig checks top_p
@@ -79,6 +89,12 @@ class MineConfig:
     def keeps(self, solved: int) -> bool:
         """Whether a task solved `solved` times of k is kept."""
         return self.min_solved <= solved <= self.upper_bound
+
+    def episode_budget(self) -> EpisodeBudget | None:
+        """The budget of each sampled episode; None for one open-loop answer per sample."""
+        if self.max_turns == 1:
+            return None
+        return EpisodeBudget(self.max_turns, self.max_episode_tokens or self.max_turns * self.max_new_tokens)
 
     def sampling(self, seed: int) -> SamplingConfig:
         return SamplingConfig(max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
