@@ -3,7 +3,7 @@
 # SFT, its held-out eval, hard-task mining from the SFT adapter (train tasks only), GRPO from the SFT
 # adapter on the mined tasks, its held-out eval, and the base model's held-out eval.
 # Usage (from the repository root, after `python -m trainer.examples.learning.prepare`):
-#   trainer/examples/learning/pipeline.sh bfcl|workbench
+#   trainer/examples/learning/pipeline.sh bfcl|workbench|workbench_multi
 set -eu
 set=$1
 L=trainer/examples/learning
