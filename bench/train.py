@@ -6,7 +6,7 @@ that only the training loop is compared. The bare run is a minimal script that b
 `GRPOTrainer` directly with a reward function calling the same verifier; ours is the job
 command as the worker runs it (its own process, the protocol's events on stdout). Seconds per
 step come from the steps after the first (the first includes warm-up) for both, read from the
-step timestamps. Prints the ratio ours / bare (target: at most 1.10); asserts nothing.
+step timestamps. Prints the ratio ours / bare (target: at most 1.0); asserts nothing.
 
 Run: .venv/bin/python bench/train.py [--model demo|PATH] [--tasks T.jsonl] [--steps 10] [--generations 4]
 [--tokens 64]
@@ -36,8 +36,14 @@ TINY_MODEL = REPO_ROOT / "tests" / "fixtures" / "tiny-model"
 
 
 def hyperparameters(args: argparse.Namespace) -> dict:
+    """Ours, set to what the bare script runs: TRL's defaults, where ours differ by default, and no redraws.
+
+    Our length check would refuse the tiny tasks' long answers at 64 tokens; it only reads, so it is
+    let through. Dynamic sampling regenerates a tied batch, work the bare script never does.
+    """
     return {"num_generations": args.generations, "max_steps": args.steps, "max_completion_length": args.tokens,
-            "learning_rate": 1e-5, "eval_interval": 0, "checkpoint_interval": 0, "device": "cpu"}
+            "learning_rate": 1e-5, "eval_interval": 0, "checkpoint_interval": 0, "device": "cpu",
+            "max_truncated_share": 1.0, "dynamic_sampling_redraws": 0, "mask_truncated_completions": False}
 
 
 def ours(args: argparse.Namespace, folder: Path) -> list[float]:
@@ -88,6 +94,7 @@ def bare(args: argparse.Namespace, folder: Path) -> list[float]:
         output_dir=str(folder / "bare"), max_steps=args.steps, per_device_train_batch_size=args.generations,
         num_generations=args.generations, max_completion_length=args.tokens, learning_rate=1e-5, logging_steps=1,
         save_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, bf16=False, seed=0, beta=0.0,
+        gradient_checkpointing=False,  # TRL turns it on by default; ours leaves it off on a CPU, where it only costs
     )  # fmt: skip
     rows = [{"prompt": render_prompt(task, loaded.tokenizer), "task_id": task.id} for task in tasks.values()]
     dataset = Dataset.from_list(rows)
@@ -122,7 +129,7 @@ def main() -> None:
           f"{args.tokens} tokens")
     print(f"bare TRL GRPOTrainer: {bare_step:.3f} s/step")
     print(f"python -m trainer grpo: {ours_step:.3f} s/step")
-    print(f"ratio ours / bare: {ours_step / bare_step:.3f} (target: at most 1.10)")
+    print(f"ratio ours / bare: {ours_step / bare_step:.3f} (target: at most 1.0)")
 
 
 if __name__ == "__main__":
