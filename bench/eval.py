@@ -42,7 +42,9 @@ def timed_pass(tasks, evaluation, sampling):
 
 
 def vllm_tokens_per_second(model_path, prompts, sampling):
-    backend = VllmBackend(model_path, seed=sampling.seed)
+    from trainer.models import load_tokenizer
+
+    backend = VllmBackend(model_path, load_tokenizer(model_path), seed=sampling.seed)
     backend.generate(prompts[:2], sampling)  # warm-up: compilation and CUDA graphs
     started = time.perf_counter()
     generated = backend.generate(prompts, sampling)
@@ -57,7 +59,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--vllm", action="store_true", help="also measure vLLM (needs vllm and a GPU)")
+    parser.add_argument("--vllm", action="store_true", help="also measure vLLM (.venv-vllm's Python, or a GPU)")
     args = parser.parse_args()
 
     tasks = seeded_sample(load_bfcl_tasks(BFCL / "BFCL_v4_simple_python.json",
@@ -89,7 +91,7 @@ def main() -> int:
         prompts = [render_prompt(task, loaded.tokenizer) for task in tasks]
         report["vllm_tokens_per_s"] = (round(vllm_tokens_per_second(resolve_model(args.model), prompts,
                                                                     batched_config), 1)
-                                       if vllm_available() else "unavailable: needs vllm and a CUDA GPU")
+                                       if vllm_available() else "unavailable: use .venv-vllm's Python (make vllm)")
     print(f"batched (batch {args.batch_size}): {batched_s:.1f} s; one at a time: {single_s:.1f} s; "
           f"ratio {report['ratio']}x; identical answers {same}/{len(tasks)}")
     print(json.dumps(report))

@@ -281,6 +281,13 @@ JOB_CANCEL_GRACE_SECONDS = env_int("JOB_CANCEL_GRACE_SECONDS", 10, minimum=1)
 JOB_REAP_EVERY_SECONDS = env_int("JOB_REAP_EVERY_SECONDS", 30, minimum=1)
 # How a job attempt starts trainer; tests put a scripted stand-in here to exercise crashes and cancels.
 TRAINER_COMMAND = env_list("TRAINER_COMMAND", [sys.executable, "-m", "trainer"])
+# How a job whose hyperparameters choose the vllm backend starts trainer: vLLM lives in a virtualenv
+# of its own (`make vllm` builds .venv-vllm with its CPU build). Empty: TRAINER_COMMAND, for an
+# installation whose own Python has vLLM (`pip install '.[gpu]'` on a CUDA machine).
+_VLLM_PYTHON = BASE_DIR / ".venv-vllm" / "bin" / "python"
+TRAINER_VLLM_COMMAND = env_list(
+    "TRAINER_VLLM_COMMAND", [str(_VLLM_PYTHON), "-m", "trainer"] if _VLLM_PYTHON.exists() else []
+)
 # A team's own environments a job launched from the app may name, beside the built-in ones: entry
 # points (`package.module:factory`) and MCP servers (`mcp:<command>`). An operator's list: naming
 # one runs its code on the workers, so a launch form must never accept an arbitrary one.

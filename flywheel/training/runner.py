@@ -109,12 +109,19 @@ def job_run(*, job_id: Any, worker: str) -> Job | None:
     return run_attempt(job)
 
 
+def trainer_command(job: Job) -> list[str]:
+    """How this job's trainer starts: in vLLM's Python when its hyperparameters choose the vllm backend."""
+    if (job.hyperparameters or {}).get("backend") == "vllm" and settings.TRAINER_VLLM_COMMAND:
+        return list(settings.TRAINER_VLLM_COMMAND)
+    return list(settings.TRAINER_COMMAND)
+
+
 def run_attempt(job: Job) -> Job:
     folder = attempt_dir(job)
     stderr_path = folder / "stderr.log"
     with ExitStack() as stack:
         try:
-            command = [*settings.TRAINER_COMMAND, job.kind, "--spec", str(write_spec(job, folder))]
+            command = [*trainer_command(job), job.kind, "--spec", str(write_spec(job, folder))]
             stderr = stack.enter_context(stderr_path.open("w"))
             process = subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True, cwd=folder,

@@ -118,52 +118,23 @@ def test_sampling_settings_are_validated():
 
 def test_without_vllm_the_vllm_backend_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)
-    with pytest.raises(BackendUnavailable, match=r"pip install '\.\[gpu\]'") as caught:
+    with pytest.raises(BackendUnavailable, match="make vllm") as caught:
         import_vllm()
     assert caught.value.kind == "backend_unavailable"
     with pytest.raises(BackendUnavailable):
-        VllmBackend(str(TINY_MODEL))
+        VllmBackend(str(TINY_MODEL), tiny_model().tokenizer)
     assert backend_choice("auto") == "transformers"
     with pytest.raises(BackendUnavailable):
         open_runtime(str(TINY_MODEL), None, backend="vllm")
 
 
-def test_vllm_without_a_gpu_is_unavailable(monkeypatch):
+def test_a_vllm_built_for_a_gpu_without_one_is_unavailable(monkeypatch):
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: False)
     monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(BackendUnavailable, match="CUDA GPU"):
+    with pytest.raises(BackendUnavailable, match="CUDA GPU or vLLM's CPU build"):
         import_vllm()
-
-
-class FakeLLM:
-    def __init__(self, **options):
-        self.options = options
-        self.calls = []
-
-    def generate(self, prompts, params, lora_request=None, use_tqdm=True):
-        self.calls.append((prompts, params, lora_request))
-        sample = types.SimpleNamespace(text="<tool_call>{}</tool_call>", token_ids=[1, 2, 3], finish_reason="stop")
-        return [types.SimpleNamespace(prompt_token_ids=[0] * 7, outputs=[sample] * params.n) for _ in prompts]
-
-
-def fake_vllm(monkeypatch):
-    vllm = types.ModuleType("vllm")
-    vllm.LLM = FakeLLM
-    vllm.SamplingParams = lambda **options: types.SimpleNamespace(**options)
-    request = types.ModuleType("vllm.lora.request")
-    request.LoRARequest = lambda name, number, path: ("lora", name, number, path)
-    for name, module in (("vllm", vllm), ("vllm.lora", types.ModuleType("vllm.lora")), ("vllm.lora.request", request)):
-        monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-
-
-def test_the_vllm_backend_maps_the_interface_onto_vllm(monkeypatch):
-    fake_vllm(monkeypatch)
-    backend = VllmBackend("/models/base", adapter_path="/adapters/a1", seed=3)
-    assert backend._llm.options == {"model": "/models/base", "seed": 3, "enable_lora": True, "max_lora_rank": 64}
-    results = backend.generate(["p1", "p2"], SamplingConfig(max_new_tokens=9, temperature=0.5, num_samples=2, seed=4))
-    prompts, params, lora = backend._llm.calls[0]
-    assert prompts == ["p1", "p2"] and lora == ("lora", "adapter", 1, "/adapters/a1")
-    assert (params.n, params.temperature, params.max_tokens, params.seed) == (2, 0.5, 9, 4)
-    assert [len(samples) for samples in results] == [2, 2]
-    assert results[0][0].prompt_tokens == 7 and results[0][0].completion_tokens == 3 and results[0][0].finished
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: True)
+    assert import_vllm() is sys.modules["vllm"]
