@@ -180,6 +180,8 @@ class VllmBackend:
         self._vllm = vllm
         self.tokenizer = tokenizer
         self.stop_token_ids = stop_token_ids(tokenizer)
+        # Shared by every view of this engine (`with_adapter`): one LoRA request, and id, per adapter folder.
+        self._requests: dict[str, Any] = {}
         self._llm = vllm.LLM(
             model=model_path, tokenizer=model_path, seed=seed, enable_lora=adapter_path is not None,
             max_lora_rank=max_lora_rank,
@@ -187,15 +189,25 @@ class VllmBackend:
             dtype="float32" if vllm_on_cpu() else "auto",
             disable_log_stats=False,  # keeps each request's engine timestamps: its own latency
         )  # fmt: skip
-        self._lora = None
-        if adapter_path is not None:
-            self._lora = importlib.import_module("vllm.lora.request").LoRARequest("adapter", 1, adapter_path)
+        self._lora = self._request(adapter_path) if adapter_path is not None else None
 
-    def base(self) -> VllmBackend:
-        """This engine answering without the adapter: a second model without a second engine's memory."""
-        plain = copy.copy(self)
-        plain._lora = None
-        return plain
+    def with_adapter(self, adapter_path: str | None) -> VllmBackend:
+        """This engine answering through another adapter, or none: a second model without a second engine.
+
+        Only an engine built with an adapter serves LoRA at all; the adapters must share its rank limit.
+        """
+        if adapter_path is not None and not self._requests:
+            raise ValueError("this vLLM engine was built without an adapter, so it serves none")
+        view = copy.copy(self)
+        view._lora = self._request(adapter_path) if adapter_path is not None else None
+        return view
+
+    def _request(self, adapter_path: str) -> Any:
+        if adapter_path not in self._requests:
+            number = len(self._requests) + 1
+            self._requests[adapter_path] = importlib.import_module("vllm.lora.request").LoRARequest(
+                f"adapter-{number}", number, adapter_path)
+        return self._requests[adapter_path]
 
     def generate(
         self, prompts: Sequence[str], sampling: SamplingConfig, hooks: GenerationHooks | None = None

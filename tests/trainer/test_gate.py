@@ -386,7 +386,6 @@ def test_the_config_rejects_unknown_metrics_and_fields():
     ({"max_new_unsafe_tasks": -1}, "max_new_unsafe_tasks must be at least 0"),
     ({"max_latency_increase": -0.5}, "max_latency_increase must be at least 0"),
     ({"latency_signal": "vibes"}, "unknown latency_signal"),
-    ({"latency_signal": "tokens_and_wall_time", "backend": "vllm"}, "interleaved generation"),
 ])  # fmt: skip
 def test_the_config_checks_the_new_knobs(values, message):
     with pytest.raises(SpecError, match=message):

@@ -1,7 +1,7 @@
 """Run by tests/vllm with .venv-vllm's Python: greedy answers of the vllm backend, base and through an adapter.
 
 Usage: python tests/vllm/generate.py REQUEST.json RESULT.json, where the request names the model,
-the adapter folder, the prompts and max_new_tokens. One engine answers both ways (`VllmBackend.base`).
+the adapter folder, the prompts and max_new_tokens. One engine answers both ways (`VllmBackend.with_adapter`).
 The result holds each prompt's `Generation` as JSON, base and adapter, and the wall time of each call.
 """
 
@@ -24,7 +24,7 @@ def main() -> None:
     backend = VllmBackend(request["model"], tokenizer, request["adapter"], seed=0)
     sampling = SamplingConfig(max_new_tokens=request["max_new_tokens"])
     result = {}
-    for name, answering in (("base", backend.base()), ("adapter", backend)):
+    for name, answering in (("base", backend.with_adapter(None)), ("adapter", backend)):
         started = time.perf_counter()
         generations = answering.generate(request["prompts"], sampling)
         result[name] = {"wall_s": time.perf_counter() - started,

@@ -131,9 +131,6 @@ class GateConfig(Policy):
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or null for all tasks)")
         self.eval_config()  # EvalConfig checks the verifier, backend and generation settings
-        if self.latency_signal != "tokens" and self.backend == "vllm":
-            raise ValueError("latency_signal tokens_and_wall_time needs interleaved generation, which the gate does "
-                             "on transformers only (vllm runs one model after the other)")
 
     @property
     def policy(self) -> Policy:
