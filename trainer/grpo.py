@@ -233,9 +233,10 @@ class GrpoRecipe:
 
     def limits(self, setup: training.Setup[GrpoConfig], tokenizer: Any) -> GrpoConfig:
         config = setup.config
-        limit = checked_limit(answer_tokens(setup.tasks, tokenizer), knob="max_completion_length",
-                              limit=config.max_completion_length, max_cut_share=config.max_truncated_share,
-                              events=setup.events)
+        # On episodes the limit bounds each answer of a turn, and a reference episode makes one call a turn.
+        answers = answer_tokens(setup.tasks, tokenizer, config.max_turns > 1)
+        limit = checked_limit(answers, knob="max_completion_length", limit=config.max_completion_length,
+                              max_cut_share=config.max_truncated_share, events=setup.events)
         return dataclasses.replace(config, max_completion_length=limit)
 
     def build(self, run: training.TrainingRun[GrpoConfig]) -> training.Built:

@@ -46,8 +46,14 @@ class Lengths:
         return int(math.ceil((percentile([float(c) for c in self.counts], 99) + MARGIN_TOKENS) / 8) * 8)
 
 
-def answer_tokens(tasks: Sequence[Task], tokenizer: Any) -> Lengths:
-    """Tokens of each reference answer (as the prompt's output format writes it) plus the end-of-turn token."""
+def answer_tokens(tasks: Sequence[Task], tokenizer: Any, episodes: bool = False) -> Lengths:
+    """Tokens of each reference answer (as the prompt's output format writes it) plus the end-of-turn token.
+
+    For `episodes` each reference call is an answer of its own: an episode makes one call a turn.
+    """
+    if episodes:
+        return Lengths("reference calls", [_count(tokenizer, format_tool_calls([call])) + 1
+                                           for task in _with_answers(tasks) for call in reference_calls(task)])
     return Lengths("reference answers", [_count(tokenizer, _answer(task)) + 1 for task in _with_answers(tasks)])
 
 

@@ -137,8 +137,8 @@ def run(spec: RunSpec, events: EventStream, stop: StopFlag, recipe: Recipe[Any])
                             {"kind": recipe.kind, "parent_adapter": spec.adapter, **asdict(config)})
     heldout = heldout_evaluator(spec, config, device, setup.policy)
     if heldout is not None:
-        report_cut(answer_tokens(heldout.tasks, tokenizer), knob="eval_max_new_tokens", limit=heldout.max_new_tokens,
-                   events=events)
+        report_cut(answer_tokens(heldout.tasks, tokenizer, config.max_turns > 1), knob="eval_max_new_tokens",
+                   limit=heldout.max_new_tokens, events=events)
         if warning := skipped_warning(heldout.skipped, "held-out task"):
             events.emit(warning)
     built = recipe.build(TrainingRun(
@@ -152,9 +152,10 @@ def run(spec: RunSpec, events: EventStream, stop: StopFlag, recipe: Recipe[Any])
 
 
 def heldout_limit(setup: Setup[ConfigT], tokenizer: Any) -> ConfigT:
-    """The config with `eval_max_new_tokens` checked against the train tasks' answers (derived where null)."""
+    """The config with `eval_max_new_tokens` checked against the train tasks' answers (derived where null);
+    with episodes, against each reference call, one answer of a turn."""
     config = setup.config
-    limit = checked_limit(answer_tokens(setup.tasks, tokenizer), knob="eval_max_new_tokens",
+    limit = checked_limit(answer_tokens(setup.tasks, tokenizer, config.max_turns > 1), knob="eval_max_new_tokens",
                           limit=config.eval_max_new_tokens, max_cut_share=config.max_truncated_share,
                           events=setup.events)
     return dataclasses.replace(config, eval_max_new_tokens=limit)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.trainer.tiny_model import tiny_tasks
@@ -62,6 +64,14 @@ def test_answers_are_counted_as_the_prompt_format_writes_them_plus_the_end_of_tu
     tasks = [task for task in tiny_tasks() if task.expected_calls]
     counts = answer_tokens(tasks, WordTokenizer()).counts
     assert len(counts) == len(tasks) and all(count >= 2 for count in counts)
+
+
+def test_for_episodes_each_reference_call_is_an_answer_of_its_own():
+    one_call = next(task for task in tiny_tasks() if task.expected_calls)
+    twice = dataclasses.replace(one_call, expected_calls=one_call.expected_calls * 2)
+    whole, per_call = answer_tokens([twice], WordTokenizer()), answer_tokens([twice], WordTokenizer(), episodes=True)
+    assert per_call.counts == answer_tokens([one_call], WordTokenizer()).counts * 2
+    assert whole.counts[0] > max(per_call.counts)  # the whole answer holds both calls; each turn makes one
 
 
 def test_held_out_cuts_are_reported_never_refused():

@@ -1,4 +1,4 @@
-"""The gate on vLLM: candidate and baseline are one engine (the baseline without the adapter), batch by batch in turns."""
+"""The gate on vLLM: candidate and baseline are one engine (the baseline without the adapter), in turns."""
 
 from __future__ import annotations
 
