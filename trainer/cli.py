@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_job(sub, "mine", "keep the train tasks the model solves sometimes but not always (hard-task mining)",
             "trainer.mine")
     add_serve(sub)
+    add_chat_template(sub)
     add_models(sub)
     return parser
 
@@ -211,6 +212,19 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--exit-with-parent", action="store_true",
                        help="stop when the process that started this one exits (the web app's managed server)")
     serve.set_defaults(handler=_serve)
+
+
+def add_chat_template(sub: argparse._SubParsersAction) -> None:
+    template = sub.add_parser("chat-template", help="the Jinja chat template with which vLLM's server renders a chat "
+                                                    "request as the trainer's prompt (ChatML models), on stdout")
+    template.set_defaults(handler=_chat_template)
+
+
+def _chat_template(args: argparse.Namespace) -> int:
+    from trainer.prompts import served_chat_template
+
+    print(served_chat_template())
+    return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -94,6 +94,56 @@ def render_episode(task: Task, turns: Sequence[dict[str, Any]], tokenizer: Any) 
     return RenderedEpisode(whole, spans)
 
 
+def served_chat_template() -> str:
+    """A Jinja chat template that renders an OpenAI chat request as `render_prompt` renders the same task.
+
+    For a ChatML model whose own template ignores `tools` (the demo model): given to vLLM's server
+    as `--chat-template` (with `--chat-template-content-format string`), a chat request with tools
+    becomes, token for token, the prompt the trainer trained and evaluated on (`prompt_messages` in
+    ChatML: the system prompt with the tools and the output format, calls and results as text
+    turns), and vLLM's `hermes` tool parser reads the `<tool_call>` answers back. vLLM hands the
+    template each call's arguments already parsed into an object; `tojson` then writes them as
+    `json.dumps` does.
+    """
+    return "".join([
+        "{%- set system = namespace(parts=[]) -%}",
+        "{%- for message in messages if message.role == 'system' and message.content and message.content.strip() -%}",
+        "{%- set system.parts = system.parts + [message.content] -%}",
+        "{%- endfor -%}",
+        "{{- '<|im_start|>system\\n' -}}",
+        "{%- for part in system.parts -%}{{- part + '\\n\\n' -}}{%- endfor -%}",
+        "{{- ", _jinja_string(TOOLS_INTRO + "\n<tools>\n"), " -}}",
+        "{%- for tool in tools or [] -%}",
+        "{%- set function = tool.function if tool.function is defined else tool -%}",
+        "{{- {'name': function.name, 'description': function.description if function.description is defined else '',",
+        " 'parameters': function.parameters or {'type': 'object', 'properties': {}}} | tojson -}}",
+        "{{- '\\n' if not loop.last -}}",
+        "{%- endfor -%}",
+        "{{- ", _jinja_string("\n</tools>\n\n" + FORMAT_INSTRUCTIONS + "<|im_end|>\n"), " -}}",
+        "{%- for message in messages if message.role != 'system' -%}",
+        "{%- if message.role == 'assistant' and message.tool_calls -%}",
+        "{{- '<|im_start|>assistant\\n' + (message.content + '\\n' if message.content else '') -}}",
+        "{%- for call in message.tool_calls -%}",
+        "{{- '<tool_call>' + {'name': call.function.name, 'arguments': call.function.arguments} | tojson",
+        " + '</tool_call>' + ('\\n' if not loop.last else '') -}}",
+        "{%- endfor -%}",
+        "{{- '<|im_end|>\\n' -}}",
+        "{%- elif message.role == 'tool' -%}",
+        "{{- '<|im_start|>user\\n<tool_response>\\n' + (message.content or '')",
+        " + '\\n</tool_response><|im_end|>\\n' -}}",
+        "{%- else -%}",
+        "{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>\\n' -}}",
+        "{%- endif -%}",
+        "{%- endfor -%}",
+        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+    ])
+
+
+def _jinja_string(text: str) -> str:
+    """`text` as a Jinja string literal (Jinja reads its escapes as Python's unicode-escape does)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+
+
 def template_supports_tools(tokenizer: Any) -> bool:
     """Whether the chat template renders `tools=` at all (checked once per template)."""
     template = str(getattr(tokenizer, "chat_template", None) or "")

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
 
-from tests.trainer.tiny_model import TINY_MODEL, tiny_tasks
+from tests.trainer.tiny_model import EXTERNAL, TINY_MODEL, tiny_tasks
 from trainer.contracts import ExpectedCall, Task
 from trainer.models import load_tokenizer
 from trainer.parsing import parse_tool_calls
@@ -17,6 +18,7 @@ from trainer.prompts import (
     reference_calls,
     render_episode,
     render_prompt,
+    served_chat_template,
     template_supports_tools,
 )
 from trainer.verifiers import get_verifier
@@ -155,3 +157,21 @@ def test_a_template_that_rewrites_earlier_turns_cannot_render_an_episode():
              {"role": "assistant", "content": "second"}]
     with pytest.raises(EpisodeRenderError, match="renders turn 1 of the episode differently"):
         render_episode(weather_task(), turns, tokenizer)
+
+
+def test_the_served_chat_template_renders_a_chat_request_as_render_prompt_renders_the_task():
+    # As vLLM's server hands it over: each call's arguments parsed into an object.
+    tokenizer = load_tokenizer(str(TINY_MODEL))
+    records = json.loads((EXTERNAL / "tau_bench" / "gpt-4o-airline.json").read_text())[:10]
+    tools = tiny_tasks()[0].tools
+    conversations = [Task(id=str(record["task_id"]), messages=record["traj"][:12], tools=tools, expected_calls=[],
+                          no_call_expected=True) for record in records]  # fmt: skip
+    tasks = [*tiny_tasks(), *conversations]
+    assert sum(any(message.get("tool_calls") for message in task.messages) for task in tasks) >= 5
+    for task in tasks:
+        messages = copy.deepcopy(task.messages)
+        for call in (call for message in messages for call in message.get("tool_calls") or []):
+            call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+        served = tokenizer.apply_chat_template(messages, tools=task.tools, chat_template=served_chat_template(),
+                                               add_generation_prompt=True, tokenize=False)  # fmt: skip
+        assert served == render_prompt(task, tokenizer), task.id
