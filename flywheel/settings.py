@@ -324,3 +324,8 @@ SERVE_REQUEST_SECONDS = env_int("SERVE_REQUEST_SECONDS", 300, minimum=5)
 SERVE_RESTART_MIN_SECONDS = env_int("SERVE_RESTART_MIN_SECONDS", 30, minimum=0)
 # How `python -m trainer serve` starts; the same override as TRAINER_COMMAND.
 SERVE_COMMAND = env_list("SERVE_COMMAND", [sys.executable, "-m", "trainer", "serve"])
+# What the app's own serving process is when SERVE_URL is empty: `trainer` (`python -m trainer serve`,
+# one request at a time, no vLLM needed) or `vllm` (vLLM's OpenAI server from VLLM_SERVE_COMMAND, every
+# version's adapter loaded at runtime by name, the trainer's chat template and the hermes tool parser).
+SERVE_ENGINE = env_choice("SERVE_ENGINE", "trainer", ("trainer", "vllm"))
+VLLM_SERVE_COMMAND = env_list("VLLM_SERVE_COMMAND", [str(_VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"])

@@ -238,6 +238,21 @@ def add_models(sub: argparse._SubParsersAction) -> None:
     actions = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     fetch = actions.add_parser("fetch-demo", help="download and convert the demo model (SmolLM2-135M-Instruct) once")
     fetch.set_defaults(handler=_fetch_demo)
+    path = actions.add_parser("path", help="the local folder a model name resolves to ('demo', a .gguf converted "
+                                           "once, a folder), on stdout: what another engine (vLLM) is given")
+    path.add_argument("model")
+    path.set_defaults(handler=_model_path)
+
+
+def _model_path(args: argparse.Namespace) -> int:
+    from trainer.models import ModelNotFoundError, resolve_model
+
+    try:
+        print(resolve_model(args.model))
+    except ModelNotFoundError as error:
+        print(f"models path: {error}", file=sys.stderr)
+        return EXIT_INPUT_ERRORS
+    return 0
 
 
 def _fetch_demo(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ take an agent or version found that way.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,9 +159,20 @@ def adapter_location(*, version: ModelVersion) -> Path:
 
 
 def vllm_command(*, version: ModelVersion) -> str:
+    """A shell command, from the repository root, that serves the version with vLLM as the trainer prompted it.
+
+    The model alias resolves to its folder, the trainer's chat template and the hermes tool parser
+    make a chat request the trained prompt and read the calls back, and adapters may be loaded later.
+    """
+    base = shlex.quote(version.base_model)
     return (
-        f"vllm serve {version.base_model} --enable-lora "
-        f"--lora-modules {version.serve_name}={adapter_location(version=version)}"
+        ".venv/bin/python -m trainer chat-template > chat_template.jinja\n"
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server \\\n"
+        f"  --model \"$(.venv/bin/python -m trainer models path {base})\" --served-model-name {base} \\\n"
+        f"  --enable-lora --max-lora-rank 64 --lora-modules "
+        f"{version.serve_name}={shlex.quote(str(adapter_location(version=version)))} \\\n"
+        "  --chat-template chat_template.jinja --chat-template-content-format string \\\n"
+        "  --enable-auto-tool-choice --tool-call-parser hermes"
     )
 
 

@@ -5,9 +5,14 @@ Two ways to serve (settings, "Registry and serving"):
   NAME=PATH` for the versions is asked for the live one by its LoRA module name
   (`ModelVersion.serve_name`); a `python -m trainer serve` with `SERVE_ADMIN_TOKEN` is switched
   to the live adapter through its `POST /admin/adapter` when the live version changes.
-- Otherwise this process starts its own `python -m trainer serve` (one per web process: the
-  demo's case; with several web workers run one server and set SERVE_URL) and switches it; it
-  is (re)started at most once per SERVE_RESTART_MIN_SECONDS, whatever the requests ask.
+- Otherwise this process starts its own server (one per web process: the demo's case; with
+  several web workers run one server and set SERVE_URL), (re)started at most once per
+  SERVE_RESTART_MIN_SECONDS, whatever the requests ask. `SERVE_ENGINE=trainer`: a `python -m
+  trainer serve`, switched to the live adapter. `SERVE_ENGINE=vllm`: vLLM's OpenAI server
+  (`ManagedVllm`) with the trainer's chat template and tool parser; each version's adapter is
+  loaded at runtime under its tag and every request names its version's tag, so a promote or a
+  rollback loads the new adapter before any request names it and no request is ever answered by
+  an adapter half switched.
 Before each request the live version is read from the database and compared with what the
 server reports, so a promote or rollback made through any web process takes effect on the next
 request. The adapter is verified against the registered hashes when it is handed to a server (a
@@ -22,6 +27,7 @@ import math
 import os
 import queue
 import secrets
+import socket
 import subprocess
 import threading
 import time
@@ -77,7 +83,7 @@ def http_json(method: str, url: str, body: dict[str, Any] | None = None, *, toke
     request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - our own server
-            return response.status, json.loads(response.read() or b"{}")
+            return response.status, _json_or_text(response.read())
     except urllib.error.HTTPError as error:
         try:
             return error.code, json.loads(error.read() or b"{}")
@@ -85,6 +91,14 @@ def http_json(method: str, url: str, body: dict[str, Any] | None = None, *, toke
             return error.code, {"error": {"message": f"server answered {error.code}", "type": "upstream_error"}}
     except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
         raise ServingUnavailable(f"the serving process at {url} did not answer: {error}") from None
+
+
+def _json_or_text(raw: bytes) -> dict[str, Any]:
+    # vLLM answers its adapter endpoints in plain text.
+    try:
+        return dict(json.loads(raw or b"{}"))
+    except ValueError:
+        return {"text": raw.decode(errors="replace")}
 
 
 class ManagedServer:
@@ -197,8 +211,121 @@ def _message(answer: dict[str, Any]) -> str:
     return str(error.get("message") if isinstance(error, dict) else error)
 
 
+class ManagedVllm:
+    """vLLM's OpenAI server, started by this web process for one base model, each version's adapter loaded by tag.
+
+    The adapter a request gets is the one its `model` names, so switching is loading: the new
+    version's adapter, once its files match the registered hashes, is loaded before any request
+    names it. The previous one stays loaded for requests still in flight; older ones are unloaded.
+    """
+
+    KEEP_LOADED = 2
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.base_model = ""
+        self.loaded: list[str] = []  # version tags, oldest first
+        self._next_start = 0.0
+
+    def ensure(self, target: Target) -> str:
+        with self._lock:
+            if self._process is None or self._process.poll() is not None or self.base_model != target.base_model:
+                self._restart(target)
+            if target.tag not in self.loaded:
+                self._load(target)
+            return self.url
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop()
+            self._next_start = 0.0
+
+    def _restart(self, target: Target) -> None:
+        wait = math.ceil(self._next_start - time.monotonic())
+        if wait > 0:
+            interval = settings.SERVE_RESTART_MIN_SECONDS
+            raise ServingUnavailable(f"no new vLLM server for {target.tag} within {interval} s of the last; "
+                                     f"retry in {wait} s", retry_after=wait)  # fmt: skip
+        self._next_start = time.monotonic() + settings.SERVE_RESTART_MIN_SECONDS
+        self._stop()
+        self._start(target)
+
+    def _start(self, target: Target) -> None:
+        folder = Path(settings.VAR_DIR) / "serve"
+        folder.mkdir(parents=True, exist_ok=True)
+        template = folder / "chat_template.jinja"
+        template.write_text(_trainer_output("chat-template"), encoding="utf-8")
+        port, model = _free_port(), _trainer_output("models", "path", target.base_model).strip()
+        command = [*settings.VLLM_SERVE_COMMAND, "--model", model, "--served-model-name", target.base_model,
+                   "--host", "127.0.0.1", "--port", str(port),
+                   "--enable-lora", "--max-lora-rank", "64", "--max-loras", str(self.KEEP_LOADED),
+                   "--chat-template", str(template), "--chat-template-content-format", "string",
+                   "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]  # fmt: skip
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        log = _log_file()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                   text=True, start_new_session=True)  # fmt: skip
+        log.close()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + settings.SERVE_STARTUP_SECONDS
+        while not _healthy(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                raise ServingUnavailable(f"vLLM's server did not start for {target.tag}; see {log.name}")
+            time.sleep(1)
+        self._process, self.url, self.base_model, self.loaded = process, url, target.base_model, []
+
+    def _load(self, target: Target) -> None:
+        status, answer = http_json("POST", f"{self.url}/v1/load_lora_adapter",
+                                   {"lora_name": target.tag, "lora_path": target.verified_adapter()},
+                                   timeout=settings.SERVE_STARTUP_SECONDS)  # fmt: skip
+        if status != 200:
+            raise ServingUnavailable(f"vLLM refused the adapter of {target.tag}: {_message(answer) or answer}")
+        self.loaded.append(target.tag)
+        while len(self.loaded) > self.KEEP_LOADED:
+            http_json("POST", f"{self.url}/v1/unload_lora_adapter", {"lora_name": self.loaded.pop(0)})
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.url, self.base_model, self.loaded = "", "", []
+
+
+def _trainer_output(*arguments: str) -> str:
+    """What `python -m trainer ARGUMENTS` prints: the app asks the trainer, which it may not import."""
+    done = subprocess.run([*settings.TRAINER_COMMAND, *arguments], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise ServingUnavailable(f"`trainer {' '.join(arguments)}` failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:  # noqa: S310 - our own server
+            return bool(response.status == 200)
+    except (urllib.error.URLError, TimeoutError, ConnectionError):
+        return False
+
+
 MANAGED = ManagedServer()
+MANAGED_VLLM = ManagedVllm()
 atexit.register(MANAGED.stop)
+atexit.register(MANAGED_VLLM.stop)
 
 
 def external_url(target: Target) -> str:
@@ -223,6 +350,9 @@ def chat_forward(*, version: ModelVersion, body: dict[str, Any]) -> tuple[int, d
         url = external_url(target)
         # vLLM picks the adapter by model name; a trainer server has one model and ignores it.
         upstream = {**body, "model": target.lora_module}
+    elif settings.SERVE_ENGINE == "vllm":
+        url = MANAGED_VLLM.ensure(target)
+        upstream = {**body, "model": target.tag}  # the adapter loaded under the tag
     else:
         url = MANAGED.ensure(target)
         upstream = {**body, "model": target.tag}

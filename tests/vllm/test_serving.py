@@ -10,18 +10,26 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
+import openai
 import pytest
 
+from flywheel.core.roles import Role
+from flywheel.core.services import agent_create, api_token_create
+from flywheel.registry import services as registry
+from flywheel.registry import serving
 from tests.trainer.tiny_model import EXTERNAL, tiny_tasks
 from tests.vllm.conftest import REPO_ROOT, VLLM_ENV, VLLM_PYTHON
+from trainer.adapters import save_adapter
 from trainer.contracts import Task
-from trainer.models import load_tokenizer
+from trainer.models import load_model, load_tokenizer
 from trainer.prompts import render_prompt, served_chat_template
 from trainer.spec.bfcl import load_bfcl_tasks
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 BFCL = EXTERNAL / "bfcl"
+QUESTION = [{"role": "user", "content": "Say hello to the customer."}]
 
 
 def free_port() -> int:
@@ -91,3 +99,55 @@ def test_a_chat_request_becomes_the_prompt_the_trainer_trains_on_token_for_token
     differing = [task.id for task in tasks if tokenized_by_server(server, task)
                  != tokenizer(render_prompt(task, tokenizer), add_special_tokens=False)["input_ids"]]  # fmt: skip
     assert differing == []
+
+
+# --- The app's chat endpoint on its own vLLM server ----------------------------------------------
+
+
+@pytest.fixture
+def vllm_serving(settings, tmp_path, monkeypatch):
+    settings.SERVE_URL, settings.SERVE_ENGINE = "", "vllm"
+    settings.REGISTRY_DIR = str(tmp_path / "registry")
+    for name, value in VLLM_ENV.items():
+        monkeypatch.setenv(name, value)  # the server the app starts inherits this process's environment
+    yield serving.MANAGED_VLLM
+    serving.MANAGED_VLLM.stop()
+
+
+def second_adapter(model_dir: Path, folder: Path) -> Path:
+    """Another LoRA adapter on the small model: it answers otherwise than the first."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(7)
+    model = get_peft_model(load_model(str(model_dir), "cpu").model, LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False, task_type="CAUSAL_LM"))
+    save_adapter(model, folder, base_model=str(model_dir))
+    return folder
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_chat_endpoint_serves_the_live_adapter_through_vllm_and_follows_promote_and_rollback(
+    live_server, vllm_serving, vllm_model, make_user, tmp_path
+):
+    model_dir, adapter_dir = vllm_model
+    agent = agent_create(actor=None, name="support-bot")
+    first, second = (registry.version_register(actor=None, agent=agent, adapter_dir=folder, base_model=str(model_dir))
+                     for folder in (adapter_dir, second_adapter(model_dir, tmp_path / "second")))  # fmt: skip
+    approver = make_user(Role.APPROVER)
+    registry.version_promote(actor=approver, version=first, reason="first ship")
+    token = api_token_create(user=make_user(Role.REVIEWER), name="support-bot")[1]
+    chat = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=300)
+
+    def ask() -> tuple[str, str]:
+        answer = chat.chat.completions.create(model="support-bot", messages=QUESTION, max_tokens=8, temperature=0)
+        return answer.model, answer.choices[0].message.content or ""
+
+    from_first = ask()
+    assert from_first[0] == "support-bot:v1" and vllm_serving.loaded == ["support-bot:v1"]
+    registry.version_promote(actor=approver, version=second, reason="second")
+    from_second = ask()
+    assert from_second[0] == "support-bot:v2" and from_second[1] != from_first[1]
+    assert vllm_serving.loaded == ["support-bot:v1", "support-bot:v2"]  # loaded at runtime: the server never restarted
+    registry.version_rollback(actor=approver, agent=agent, reason="v2 is worse")
+    assert ask() == from_first  # the same adapter, greedy: the same answer
