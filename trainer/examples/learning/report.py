@@ -1,7 +1,7 @@
 """Summarise the CPU learning run's stages as Markdown tables (the numbers behind var/learning/RESULTS.md).
 
 Reads, under var/learning/runs/: each eval stage's `metrics.json` (held-out metrics with their
-bootstrap 95% intervals, as the eval job reports them) and `results.jsonl` (per task, for paired
+95% intervals, as the eval job reports them) and `results.jsonl` (per task, for paired
 differences between stages over the same tasks), each training stage's `<name>.events.jsonl`
 (train curve, held-out evaluations during training, flags, the done event) and `stages.log`
 (wall time per stage, written by run_stage.sh). Prints Markdown on stdout; writes nothing.
@@ -21,15 +21,16 @@ from typing import Any
 from trainer.stats import paired_difference_interval
 
 REPO = Path(__file__).resolve().parents[3]
-DATASETS = ("bfcl", "workbench")
+DATASETS = ("bfcl", "workbench", "workbench-multi")
 EVAL_STAGES = (
     ("base", "baseline"),
     ("SFT", "sft-eval"),
     ("GRPO step 4 checkpoint", "grpo-ckpt4-eval"),
     ("GRPO", "grpo-eval"),
     ("GRPO on unsolved train prompts, 8 generations", "grpo-unsolved-eval"),
+    ("GRPO on mined train tasks", "grpo-mined-eval"),
 )
-TRAINING_STAGES = ("sft", "grpo", "grpo-unsolved")
+TRAINING_STAGES = ("sft", "grpo", "grpo-unsolved", "grpo-mined")
 RATES = ("valid_json", "correct_tool", "correct_arguments", "execution_success", "unsafe_action", "verifier_pass")
 PAIRED = ("valid_json", "correct_tool", "correct_arguments", "execution_success", "verifier_pass", "reward")
 
@@ -49,7 +50,8 @@ def interval(entry: Any, percent: bool = True) -> str:
 
 
 def eval_table(runs: Path, dataset: str) -> list[str]:
-    header = ["stage", *RATES, "mean reward", "completion tokens/task", "answers that ended"]
+    header = ["stage", "tasks", *RATES, "mean reward", "completion tokens/task", "answers that ended",
+              "turns/episode", "calls/episode"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, suffix in EVAL_STAGES:
         metrics_path = runs / f"{dataset}-{suffix}" / "metrics.json"
@@ -60,10 +62,13 @@ def eval_table(runs: Path, dataset: str) -> list[str]:
         ended = sum(1 for row in results.values() if row.get("finished")) if results else 0
         cells = [
             label,
+            str(overall.get("tasks", len(results))),
             *(interval(overall.get(f"{name}_rate")) for name in RATES),
             interval(overall.get("mean_reward"), percent=False),
             f"{overall.get('completion_tokens_per_task', 0):.1f}",
             f"{ended}/{len(results)}",
+            *(f"{overall[name]:.2f}" if name in overall else "n/a"
+              for name in ("turns_per_episode", "calls_per_episode")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -84,7 +89,8 @@ def paired_table(runs: Path, dataset: str) -> list[str]:
     lines = ["| comparison | " + " | ".join(PAIRED) + " |", "|" + "---|" * (len(PAIRED) + 1)]
     pairs = (("SFT - base", "sft-eval", "baseline"), ("GRPO - SFT", "grpo-eval", "sft-eval"),
              ("GRPO - base", "grpo-eval", "baseline"),
-             ("GRPO on unsolved - SFT", "grpo-unsolved-eval", "sft-eval"))  # fmt: skip
+             ("GRPO on unsolved - SFT", "grpo-unsolved-eval", "sft-eval"),
+             ("GRPO on mined - SFT", "grpo-mined-eval", "sft-eval"))  # fmt: skip
     for label, after_name, before_name in pairs:
         after, before = per_task(runs, dataset, after_name), per_task(runs, dataset, before_name)
         ids = sorted(set(after) & set(before))
@@ -219,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out: list[str] = []
     for dataset in DATASETS:
-        out += [f"## {dataset}: held-out metrics (bootstrap 95% intervals)", "", *eval_table(args.runs, dataset), ""]
+        out += [f"## {dataset}: held-out metrics (rates: Wilson 95% intervals; mean reward: bootstrap)", "",
+                *eval_table(args.runs, dataset), ""]
         out += [
             f"### {dataset}: paired differences over the same held-out tasks (points; reward in its units)",
             "",
