@@ -33,6 +33,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -343,19 +344,57 @@ def external_url(target: Target) -> str:
     return url
 
 
+def _upstream(target: Target, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The server that answers for `target`, started or switched as needed, and the request to send it."""
+    if settings.SERVE_URL:
+        # vLLM picks the adapter by model name; a trainer server has one model and ignores it.
+        return external_url(target), {**body, "model": target.lora_module}
+    if settings.SERVE_ENGINE == "vllm":
+        return MANAGED_VLLM.ensure(target), {**body, "model": target.tag}  # the adapter loaded under the tag
+    return MANAGED.ensure(target), {**body, "model": target.tag}
+
+
+class UpstreamRefused(Exception):
+    """The serving process answered a streamed request with an error: its status and body."""
+
+    def __init__(self, status: int, answer: dict[str, Any]) -> None:
+        super().__init__(_message(answer))
+        self.status, self.answer = status, answer
+
+
+def chat_stream(*, version: ModelVersion, body: dict[str, Any]) -> Iterator[bytes]:
+    """A streamed chat request for `version`: the server's server-sent events, each chunk's `model` the version tag.
+
+    The request is sent before this returns, so a server that refuses it (a `python -m trainer
+    serve` does not stream) raises UpstreamRefused here, while the caller can still answer in JSON.
+    """
+    target = target_for(version)
+    url, upstream = _upstream(target, body)
+    request = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(upstream).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        response = urllib.request.urlopen(request, timeout=settings.SERVE_REQUEST_SECONDS)  # noqa: S310 - our server
+    except urllib.error.HTTPError as error:
+        raise UpstreamRefused(error.code, _json_or_text(error.read())) from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+        raise ServingUnavailable(f"the serving process at {url} did not answer: {error}") from None
+    return _relabelled(response, target.tag)
+
+
+def _relabelled(response: Any, tag: str) -> Iterator[bytes]:
+    with response:
+        for line in response:
+            if line.startswith(b"data: {"):
+                chunk = json.loads(line[len(b"data: "):])
+                chunk["model"] = tag  # what the agent tags its trajectories with, as for a whole answer
+                line = b"data: " + json.dumps(chunk).encode() + b"\n"
+            yield line
+
+
 def chat_forward(*, version: ModelVersion, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """Send the chat request to a server for `version`; its status and answer, the version tag as `model`."""
     target = target_for(version)
-    if settings.SERVE_URL:
-        url = external_url(target)
-        # vLLM picks the adapter by model name; a trainer server has one model and ignores it.
-        upstream = {**body, "model": target.lora_module}
-    elif settings.SERVE_ENGINE == "vllm":
-        url = MANAGED_VLLM.ensure(target)
-        upstream = {**body, "model": target.tag}  # the adapter loaded under the tag
-    else:
-        url = MANAGED.ensure(target)
-        upstream = {**body, "model": target.tag}
+    url, upstream = _upstream(target, body)
     started = time.monotonic()
     status, answer = http_json("POST", f"{url}/v1/chat/completions", upstream, timeout=settings.SERVE_REQUEST_SECONDS)
     served = (answer.get("flywheel") or {}).get("adapter_sha256", target.sha256) if status == 200 else None

@@ -13,7 +13,7 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.forms import Form
-from django.http import FileResponse, Http404, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -247,8 +247,12 @@ def _openai_error(status: int, message: str, kind: str = "invalid_request_error"
 @permission_required(Perm.VIEW, api=True)
 @rate_limited("chat", error=partial(_openai_error, kind="rate_limit_exceeded"))
 @require_POST
-def chat_completions(request: AuthedRequest) -> JsonResponse:
-    """`POST /v1/chat/completions`: OpenAI's chat API; `model` names the agent, the live version answers."""
+def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResponse:
+    """`POST /v1/chat/completions`: OpenAI's chat API; `model` names the agent, the live version answers.
+
+    With `stream: true` the server's events pass through as they come (vLLM streams; `python -m
+    trainer serve` refuses, and its refusal is answered as JSON).
+    """
     try:
         body = json_object_from_body(request, max_bytes=settings.API_MAX_BODY_BYTES)
     except JsonInputError as exc:
@@ -264,7 +268,13 @@ def chat_completions(request: AuthedRequest) -> JsonResponse:
     if pinned and body["model"] != pointer.version.tag:
         return _openai_error(409, f"only the live version {pointer.version.tag} is served", "model_not_live")
     try:
+        if body.get("stream") is True:
+            events = serving.chat_stream(version=pointer.version, body=body)
+            return StreamingHttpResponse(events, content_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache"})  # fmt: skip
         status, answer = serving.chat_forward(version=pointer.version, body=body)
+    except serving.UpstreamRefused as refused:
+        return JsonResponse(refused.answer, status=refused.status)
     except storage.AdapterTampered as error:
         return _openai_error(503, f"the live adapter failed verification: {error}", "adapter_invalid")
     except serving.ServingUnavailable as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import json
 import os
@@ -143,11 +144,26 @@ def test_the_chat_endpoint_serves_the_live_adapter_through_vllm_and_follows_prom
         answer = chat.chat.completions.create(model="support-bot", messages=QUESTION, max_tokens=8, temperature=0)
         return answer.model, answer.choices[0].message.content or ""
 
+    def ask_streaming() -> tuple[set[str], str]:
+        chunks = list(chat.chat.completions.create(model="support-bot", messages=QUESTION, max_tokens=8,
+                                                   temperature=0, stream=True))  # fmt: skip
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+        return {chunk.model for chunk in chunks}, text
+
     from_first = ask()
-    assert from_first[0] == "support-bot:v1" and vllm_serving.loaded == ["support-bot:v1"]
-    registry.version_promote(actor=approver, version=second, reason="second")
+    assert from_first[0] == "support-bot:v1" and from_first[1] and vllm_serving.loaded == ["support-bot:v1"]
+    assert ask_streaming() == ({"support-bot:v1"}, from_first[1])  # streamed as it comes, the same answer
+
+    # Requests in flight while the second version is promoted: each answer is its labelled version's own.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        before = [pool.submit(ask) for _ in range(4)]
+        registry.version_promote(actor=approver, version=second, reason="second")
+        after = [pool.submit(ask) for _ in range(4)]
+        answers = [future.result() for future in [*before, *after]]
     from_second = ask()
     assert from_second[0] == "support-bot:v2" and from_second[1] != from_first[1]
+    assert set(answers) <= {from_first, from_second}
+    assert all(answer == from_second for answer in answers[4:])  # asked after the promote
     assert vllm_serving.loaded == ["support-bot:v1", "support-bot:v2"]  # loaded at runtime: the server never restarted
     registry.version_rollback(actor=approver, agent=agent, reason="v2 is worse")
     assert ask() == from_first  # the same adapter, greedy: the same answer

@@ -106,3 +106,11 @@ def test_a_changed_live_adapter_is_refused_before_any_server_gets_it(live_server
         ask(chat)
     assert refused.value.status_code == 503 and "failed verification" in str(refused.value)
     assert serving.MANAGED.url == ""  # nothing was started with it
+
+
+def test_a_streamed_request_to_the_trainer_server_is_refused_in_json(live_server, managed_server, make_user, register):
+    services.version_promote(actor=make_user(Role.APPROVER), version=register(0), reason="first ship")
+    token = api_token_create(user=make_user(Role.REVIEWER), name="support-bot")[1]
+    chat = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=120)
+    with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
+        list(chat.chat.completions.create(model="support-bot", messages=QUESTION, max_tokens=8, stream=True))
