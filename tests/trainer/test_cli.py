@@ -128,3 +128,18 @@ def test_tasks_from_workbench_writes_the_single_call_tasks_or_with_all_every_tas
 def test_tasks_from_workbench_names_a_missing_folder(tmp_path, capsys):
     assert main(["tasks", "from-workbench", "--all", "--external", str(tmp_path)]) == 2
     assert "tasks from-workbench: " in capsys.readouterr().err
+
+
+def test_models_path_names_the_folder_a_model_resolves_to_or_why_not(capsys, tmp_path):
+    tiny = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-model"
+    assert main(["models", "path", str(tiny)]) == 0
+    assert capsys.readouterr().out.strip() == str(tiny)
+    assert main(["models", "path", str(tmp_path / "missing")]) != 0
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_chat_template_prints_the_served_template(capsys):
+    from trainer.prompts import served_chat_template
+
+    assert main(["chat-template"]) == 0
+    assert capsys.readouterr().out == served_chat_template() + "\n"
