@@ -166,12 +166,11 @@ def vllm_command(*, version: ModelVersion) -> str:
     """
     base = shlex.quote(version.base_model)
     return (
-        ".venv/bin/python -m trainer chat-template > chat_template.jinja\n"
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server \\\n"
         f"  --model \"$(.venv/bin/python -m trainer models path {base})\" --served-model-name {base} \\\n"
         f"  --enable-lora --max-lora-rank 64 --lora-modules "
         f"{version.serve_name}={shlex.quote(str(adapter_location(version=version)))} \\\n"
-        "  --chat-template chat_template.jinja --chat-template-content-format string \\\n"
+        "  --chat-template \"$(.venv/bin/python -m trainer chat-template)\" --chat-template-content-format string \\\n"
         "  --enable-auto-tool-choice --tool-call-parser hermes"
     )
 

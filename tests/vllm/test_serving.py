@@ -6,6 +6,7 @@ import concurrent.futures
 import copy
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -20,6 +21,7 @@ from flywheel.core.roles import Role
 from flywheel.core.services import agent_create, api_token_create
 from flywheel.registry import services as registry
 from flywheel.registry import serving
+from flywheel.registry.selectors import vllm_command
 from tests.trainer.tiny_model import EXTERNAL, tiny_tasks
 from tests.vllm.conftest import REPO_ROOT, VLLM_ENV, VLLM_PYTHON
 from trainer.adapters import save_adapter
@@ -167,3 +169,30 @@ def test_the_chat_endpoint_serves_the_live_adapter_through_vllm_and_follows_prom
     assert vllm_serving.loaded == ["support-bot:v1", "support-bot:v2"]  # loaded at runtime: the server never restarted
     registry.version_rollback(actor=approver, agent=agent, reason="v2 is worse")
     assert ask() == from_first  # the same adapter, greedy: the same answer
+
+
+@pytest.mark.django_db
+def test_the_vllm_command_a_version_page_shows_serves_the_version_as_printed(vllm_model, settings, tmp_path):
+    model_dir, adapter_dir = vllm_model
+    settings.REGISTRY_DIR = str(tmp_path / "registry")
+    version = registry.version_register(actor=None, agent=agent_create(actor=None, name="support-bot"),
+                                        adapter_dir=adapter_dir, base_model=str(model_dir))  # fmt: skip
+    port = free_port()
+    command = vllm_command(version=version) + f" --host 127.0.0.1 --port {port}"
+    log = (tmp_path / "server.log").open("w")
+    process = subprocess.Popen(["bash", "-c", command], cwd=REPO_ROOT, env={**os.environ, **VLLM_ENV}, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while not serving._healthy(url):
+            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
+            time.sleep(1)
+        status, answer = serving.http_json("POST", f"{url}/v1/chat/completions", {
+            "model": version.serve_name, "messages": QUESTION, "tools": tiny_tasks()[0].tools, "max_tokens": 8})
+        assert status == 200, answer
+        assert answer["model"] == version.serve_name and answer["choices"][0]["message"]
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+        log.close()

@@ -101,7 +101,7 @@ def test_the_version_page_shows_lineage_gate_reasons_the_vllm_command_and_the_do
     assert "support-bot:v1" in page and "above zero" in page and "unsafe-action rate" in page
     folder = selectors.adapter_location(version=second)
     assert f"--lora-modules support-bot-v2={folder}" in page and "--tool-call-parser hermes" in page
-    assert f"trainer models path {second.base_model}" in page and "trainer chat-template" in page
+    assert f"trainer models path {second.base_model}" in page and "trainer chat-template)" in page
     assert "Promote support-bot:v2" not in page  # a viewer gets no promote button
     download = client.get(reverse("registry:version_download", args=["support-bot", 2]))
     assert download["Content-Disposition"].startswith('attachment; filename="support-bot-v2.zip"')
