@@ -23,7 +23,7 @@ from flywheel.registry import services as registry
 from flywheel.registry import serving
 from flywheel.registry.selectors import vllm_command
 from tests.trainer.tiny_model import EXTERNAL, tiny_tasks
-from tests.vllm.conftest import REPO_ROOT, VLLM_ENV, VLLM_PYTHON
+from tests.vllm.conftest import QUESTION, REPO_ROOT, VLLM_ENV, VLLM_PYTHON
 from trainer.adapters import save_adapter
 from trainer.contracts import Task
 from trainer.models import load_model, load_tokenizer
@@ -32,7 +32,6 @@ from trainer.spec.bfcl import load_bfcl_tasks
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 BFCL = EXTERNAL / "bfcl"
-QUESTION = [{"role": "user", "content": "Say hello to the customer."}]
 
 
 def free_port() -> int:
@@ -196,3 +195,24 @@ def test_the_vllm_command_a_version_page_shows_serves_the_version_as_printed(vll
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
         log.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_comes_back_through_the_app_as_openai_tool_calls_whole_and_streamed(
+    live_server, vllm_serving, tool_calling_model, make_user
+):
+    model_dir, adapter_dir, tools, name = tool_calling_model
+    agent = agent_create(actor=None, name="support-bot")
+    version = registry.version_register(actor=None, agent=agent, adapter_dir=adapter_dir, base_model=str(model_dir))
+    registry.version_promote(actor=make_user(Role.APPROVER), version=version, reason="first ship")
+    token = api_token_create(user=make_user(Role.REVIEWER), name="support-bot")[1]
+    chat = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=300)
+    asked = {"model": "support-bot", "messages": QUESTION, "tools": tools, "max_tokens": 48, "temperature": 0}
+    whole = chat.chat.completions.create(**asked)
+    (call,) = whole.choices[0].message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == (name, {})
+    assert whole.choices[0].finish_reason == "tool_calls" and whole.model == "support-bot:v1"
+    chunks = list(chat.chat.completions.create(**asked, stream=True))
+    streamed = [delta for chunk in chunks if chunk.choices for delta in chunk.choices[0].delta.tool_calls or []]
+    assert {delta.function.name for delta in streamed if delta.function and delta.function.name} == {name}
+    assert "".join(delta.function.arguments or "" for delta in streamed if delta.function) == "{}"
