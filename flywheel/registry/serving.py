@@ -102,25 +102,24 @@ def _json_or_text(raw: bytes) -> dict[str, Any]:
         return {"text": raw.decode(errors="replace")}
 
 
-class ManagedServer:
-    """A `python -m trainer serve` child process that this web process starts and switches."""
+class _ChildServer:
+    """A serving process this web process starts for a base model, restarted at most once per interval."""
+
+    what = "serving process"
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[str] | None = None
-        self._token = secrets.token_urlsafe(32)
         self.url = ""
         self.base_model = ""
-        self.sha256 = ""
         self._next_start = 0.0  # time.monotonic() before which no new start is tried
 
     def ensure(self, target: Target) -> str:
-        """The URL of a server that serves `target`, starting or switching the process as needed."""
+        """The URL of a server that serves `target`, starting the process or handing it the adapter as needed."""
         with self._lock:
             if self._process is None or self._process.poll() is not None or self.base_model != target.base_model:
                 self._restart(target)
-            elif self.sha256 != target.sha256:
-                self._switch(target)
+            self._serve(target)
             return self.url
 
     def stop(self) -> None:
@@ -137,13 +136,46 @@ class ManagedServer:
         wait = math.ceil(self._next_start - time.monotonic())
         if wait > 0:
             interval = settings.SERVE_RESTART_MIN_SECONDS
-            message = f"no new serving process for {target.tag} within {interval} s of the last; retry in {wait} s"
+            message = f"no new {self.what} for {target.tag} within {interval} s of the last; retry in {wait} s"
             raise ServingUnavailable(message, retry_after=wait)
         self._next_start = time.monotonic() + settings.SERVE_RESTART_MIN_SECONDS
         self._stop()
-        self._start(target)
+        self._process = self._start(target)
+        self.base_model = target.base_model
 
-    def _start(self, target: Target) -> None:
+    def _start(self, target: Target) -> subprocess.Popen[str]:
+        """Start the process for `target`'s base model and set `url`; ServingUnavailable when it does not come up."""
+        raise NotImplementedError
+
+    def _serve(self, target: Target) -> None:
+        """Make the running process answer with `target`'s adapter."""
+        raise NotImplementedError
+
+    def _forget(self) -> None:
+        """Drop what the stopped process served."""
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.url, self.base_model = "", ""
+        self._forget()
+
+
+class ManagedServer(_ChildServer):
+    """A `python -m trainer serve` child process that this web process starts and switches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._token = secrets.token_urlsafe(32)
+        self.sha256 = ""
+
+    def _start(self, target: Target) -> subprocess.Popen[str]:
         command = [*settings.SERVE_COMMAND, "--base-model", target.base_model, "--adapter", target.verified_adapter(),
                    "--model-name", target.tag, "--host", "127.0.0.1", "--port", "0",
                    "--device", settings.SERVE_DEVICE, "--max-new-tokens", str(settings.SERVE_MAX_NEW_TOKENS),
@@ -158,10 +190,13 @@ class ManagedServer:
             process.kill()
             process.wait()
             raise ServingUnavailable(f"`python -m trainer serve` did not start for {target.tag}; see {log.name}")
-        self._process, self.base_model, self.sha256 = process, target.base_model, target.sha256
+        self.sha256 = target.sha256  # started with the target's adapter
         self.url = f"http://127.0.0.1:{listening['port']}"
+        return process
 
-    def _switch(self, target: Target) -> None:
+    def _serve(self, target: Target) -> None:
+        if self.sha256 == target.sha256:
+            return
         status, answer = http_json("POST", f"{self.url}/admin/adapter",
                                    {"adapter": target.verified_adapter(), "name": target.tag, "sha256": target.sha256},
                                    token=self._token, timeout=settings.SERVE_STARTUP_SECONDS)  # fmt: skip
@@ -169,16 +204,8 @@ class ManagedServer:
             raise ServingUnavailable(f"the serving process refused {target.tag}: {_message(answer)}")
         self.sha256 = target.sha256
 
-    def _stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        self.url, self.base_model, self.sha256 = "", "", ""
+    def _forget(self) -> None:
+        self.sha256 = ""
 
 
 def _log_file() -> IO[str]:
@@ -212,7 +239,7 @@ def _message(answer: dict[str, Any]) -> str:
     return str(error.get("message") if isinstance(error, dict) else error)
 
 
-class ManagedVllm:
+class ManagedVllm(_ChildServer):
     """vLLM's OpenAI server, started by this web process for one base model, each version's adapter loaded by tag.
 
     The adapter a request gets is the one its `model` names, so switching is loading: the new
@@ -220,40 +247,14 @@ class ManagedVllm:
     names it. The previous one stays loaded for requests still in flight; older ones are unloaded.
     """
 
+    what = "vLLM server"
     KEEP_LOADED = 2
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._process: subprocess.Popen[str] | None = None
-        self.url = ""
-        self.base_model = ""
+        super().__init__()
         self.loaded: list[str] = []  # version tags, oldest first
-        self._next_start = 0.0
 
-    def ensure(self, target: Target) -> str:
-        with self._lock:
-            if self._process is None or self._process.poll() is not None or self.base_model != target.base_model:
-                self._restart(target)
-            if target.tag not in self.loaded:
-                self._load(target)
-            return self.url
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stop()
-            self._next_start = 0.0
-
-    def _restart(self, target: Target) -> None:
-        wait = math.ceil(self._next_start - time.monotonic())
-        if wait > 0:
-            interval = settings.SERVE_RESTART_MIN_SECONDS
-            raise ServingUnavailable(f"no new vLLM server for {target.tag} within {interval} s of the last; "
-                                     f"retry in {wait} s", retry_after=wait)  # fmt: skip
-        self._next_start = time.monotonic() + settings.SERVE_RESTART_MIN_SECONDS
-        self._stop()
-        self._start(target)
-
-    def _start(self, target: Target) -> None:
+    def _start(self, target: Target) -> subprocess.Popen[str]:
         folder = Path(settings.VAR_DIR) / "serve"
         folder.mkdir(parents=True, exist_ok=True)
         template = folder / "chat_template.jinja"
@@ -277,9 +278,12 @@ class ManagedVllm:
                 process.wait()
                 raise ServingUnavailable(f"vLLM's server did not start for {target.tag}; see {log.name}")
             time.sleep(1)
-        self._process, self.url, self.base_model, self.loaded = process, url, target.base_model, []
+        self.url = url
+        return process
 
-    def _load(self, target: Target) -> None:
+    def _serve(self, target: Target) -> None:
+        if target.tag in self.loaded:
+            return
         status, answer = http_json("POST", f"{self.url}/v1/load_lora_adapter",
                                    {"lora_name": target.tag, "lora_path": target.verified_adapter()},
                                    timeout=settings.SERVE_STARTUP_SECONDS)  # fmt: skip
@@ -289,16 +293,8 @@ class ManagedVllm:
         while len(self.loaded) > self.KEEP_LOADED:
             http_json("POST", f"{self.url}/v1/unload_lora_adapter", {"lora_name": self.loaded.pop(0)})
 
-    def _stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        self.url, self.base_model, self.loaded = "", "", []
+    def _forget(self) -> None:
+        self.loaded = []
 
 
 def _trainer_output(*arguments: str) -> str:
