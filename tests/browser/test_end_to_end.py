@@ -318,12 +318,13 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
         "snapshot_id": heldout.id, "format_name": "trl", "job_id": grpo_job.id, "gate_id": gate.id,
         "run_id": run.id, "output_id": run.outputs.get().id, "queue_id": queue.id, "agent_name": AGENT,
         "name": AGENT, "number": 2, "token_id": None,
+        "index": None, "sample_id": None,  # this journey is single-turn: no episode pages (test_eval_episodes.py)
     }  # fmt: skip
     rendered, post_only = [], []
     for name, pattern in _walk(get_resolver().url_patterns):  # every pattern outside the admin
         kwargs = {key: objects[key] for key in pattern.pattern.converters}
         if None in kwargs.values() or getattr(pattern.callback, "is_api", False):
-            continue  # a POST-only action on a row we keep, or JSON for machines
+            continue  # a POST-only action on a row we keep, an episode, or JSON for machines
         if name == "training:eval_detail":
             kwargs["job_id"] = baseline_job.id
         if name == "rewards:run_compare":

@@ -43,7 +43,7 @@ from flywheel.registry.models import Deployment, DeploymentAction, GateResult, G
 from flywheel.registry.services import version_register
 from flywheel.rewards.models import OutputSource, ProfileRun
 from flywheel.rewards.services import Scoring, profile_create, reverify
-from flywheel.training.models import EvalRun, Job, JobKind, JobState
+from flywheel.training.models import EvalRun, Job, JobKind, JobState, Sample
 from flywheel.triage.models import Bucket, Review, ReviewState
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import bucket_bulk_assign, queue_create
@@ -236,7 +236,12 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
     snapshot = snapshot_create(actor=None, name="alpha train", split="train", agent=alpha)
     job = Job.objects.create(kind=JobKind.EVAL, state=JobState.SUCCEEDED, snapshot=snapshot, agent=alpha,
                              base_model="tiny", attempts=1, finished_at=timezone.now(), launched_by=member)  # fmt: skip
-    EvalRun.objects.create(job=job, snapshot=snapshot, model_label="tiny", metrics={})
+    task_id = snapshot.items.first().content["id"]
+    episode = [{"role": "assistant", "content": "Done."}]
+    EvalRun.objects.create(job=job, snapshot=snapshot, model_label="tiny", metrics={}, results=[
+        {"task_id": task_id, "turns": 1, "ended": "answered", "episode": episode}])  # fmt: skip
+    sample = Sample.objects.create(job=job, step=0, task_id=task_id, prompt="", completion="Done.", reward=0.0,
+                                   episode=episode)  # fmt: skip
     version, gate = _registry(alpha, snapshot, alpha_adapter)
     run = _profile_run(snapshot)
     token, _ = api_token_create(user=member, name="alpha-token")
@@ -245,7 +250,7 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
         "trajectory_id": trajectory.pk, "upload_id": upload.pk, "queue_id": queue.pk, "task_id": task.pk,
         "snapshot_id": snapshot.pk, "format_name": "native", "job_id": job.pk, "agent_name": ALPHA, "name": ALPHA,
         "number": version.number, "gate_id": gate.pk, "run_id": run.pk, "output_id": run.outputs.first().pk,
-        "token_id": token.pk,
+        "token_id": token.pk, "index": 0, "sample_id": sample.pk,
     }  # fmt: skip
     markers = {
         "agent": ALPHA, "trajectory": str(trajectory.pk), "upload": str(upload.pk), "queue": queue.name,
