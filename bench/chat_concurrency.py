@@ -2,7 +2,7 @@
 
 Run from the repository root after `make vllm`:
     .venv/bin/python bench/chat_concurrency.py [--model demo] [--adapter DIR] [--requests 32] [--clients 8]
-        [--max-tokens 32]
+        [--max-tokens 32] [--device cpu|cuda] [--bfcl FILE]
 
 Both servers serve the same base model (and adapter, when given) on 127.0.0.1, one after the
 other; vLLM with the trainer's chat template and the hermes tool parser, as the app starts it.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
-VLLM_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+VLLM_PYTHON = Path(os.environ.get("VLLM_PYTHON", REPO_ROOT / ".venv-vllm" / "bin" / "python"))
 BFCL = REPO_ROOT.parent / "shared" / "external" / "bfcl"
 
 
@@ -50,7 +50,8 @@ def wait_healthy(url: str, process: subprocess.Popen, seconds: float = 600) -> N
     raise SystemExit(f"the server at {url} did not start in {seconds:g} s")
 
 
-def vllm_server(model: str, adapter: str | None, port: int, folder: Path) -> tuple[subprocess.Popen, str]:
+def vllm_server(model: str, adapter: str | None, port: int, folder: Path,
+                device: str) -> tuple[subprocess.Popen, str]:  # vLLM picks its device itself
     template = folder / "chat_template.jinja"
     template.write_text(subprocess.check_output([sys.executable, "-m", "trainer", "chat-template"], text=True))
     path = subprocess.check_output([sys.executable, "-m", "trainer", "models", "path", model], text=True).strip()
@@ -64,19 +65,21 @@ def vllm_server(model: str, adapter: str | None, port: int, folder: Path) -> tup
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), "adapter" if adapter else "base"
 
 
-def trainer_server(model: str, adapter: str | None, port: int, folder: Path) -> tuple[subprocess.Popen, str]:
+def trainer_server(model: str, adapter: str | None, port: int, folder: Path,
+                   device: str) -> tuple[subprocess.Popen, str]:
     command = [sys.executable, "-m", "trainer", "serve", "--base-model", model, "--port", str(port),
-               "--device", "cpu", "--model-name", "served"]
+               "--device", device, "--model-name", "served"]
     if adapter:
         command += ["--adapter", adapter]
     log = (folder / "trainer.log").open("w")
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), "served"
 
 
-def measure(url: str, name: str, requests: list[dict], clients: int, max_tokens: int) -> dict[str, float]:
+def measure(url: str, name: str, requests: list[dict], clients: int, max_tokens: int,
+            api_key: str = "none") -> dict[str, float]:
     import openai
 
-    chat = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=900)
+    chat = openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, max_retries=0, timeout=900)
 
     def ask(request: dict) -> float:
         started = time.perf_counter()
@@ -103,15 +106,17 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--device", default="cpu", help="trainer serve's device (vLLM picks its own)")
+    parser.add_argument("--bfcl", type=Path, default=BFCL / "BFCL_v4_simple_python.json", help="BFCL questions")
     args = parser.parse_args()
-    tasks = seeded_sample(load_bfcl_tasks(BFCL / "BFCL_v4_simple_python.json"), args.requests, 0)
+    tasks = seeded_sample(load_bfcl_tasks(args.bfcl), args.requests, 0)
     requests = [{"messages": task.messages, "tools": task.tools} for task in tasks]
     report: dict[str, object] = {"model": args.model, "adapter": args.adapter, "requests": len(requests),
                                  "clients": args.clients, "max_tokens": args.max_tokens}  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
         for label, start in (("vllm", vllm_server), ("trainer_serve", trainer_server)):
             port = free_port()
-            process, name = start(args.model, args.adapter, port, Path(folder))
+            process, name = start(args.model, args.adapter, port, Path(folder), args.device)
             try:
                 wait_healthy(f"http://127.0.0.1:{port}", process)
                 report[label] = measure(f"http://127.0.0.1:{port}", name, requests, args.clients, args.max_tokens)

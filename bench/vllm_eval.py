@@ -2,7 +2,7 @@
 
 Run with `.venv-vllm`'s Python (`make vllm`), which has both:
     .venv-vllm/bin/python bench/vllm_eval.py [--model demo] [--adapter DIR] [--sample 32]
-        [--batch-size 16] [--max-new-tokens 64]
+        [--batch-size 16] [--max-new-tokens 64] [--device cpu|cuda] [--bfcl FILE]
 
 Seeded BFCL simple_python prompts rendered by the trainer; each backend generates them all,
 base model and then through the adapter when one is given (vLLM: one engine answering both
@@ -50,10 +50,12 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=16, help="the transformers backend's batch")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--device", default="cpu", help="the transformers backend's device (vLLM picks its own)")
+    parser.add_argument("--bfcl", type=Path, default=BFCL / "BFCL_v4_simple_python.json", help="BFCL questions")
     args = parser.parse_args()
 
-    tasks = seeded_sample(load_bfcl_tasks(BFCL / "BFCL_v4_simple_python.json"), args.sample, 0)
-    loaded = load_model(args.model, "cpu")
+    tasks = seeded_sample(load_bfcl_tasks(args.bfcl), args.sample, 0)
+    loaded = load_model(args.model, args.device)
     prompts = [render_prompt(task, loaded.tokenizer) for task in tasks]
     sampling = SamplingConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     started = time.perf_counter()
@@ -62,9 +64,9 @@ def main() -> int:
                                  "vllm_engine_start_s": round(time.perf_counter() - started, 1)}  # fmt: skip
     models = [("base", loaded.model, engine.with_adapter(None))]
     if args.adapter:
-        models.append(("adapter", load_adapter(load_model(args.model, "cpu").model, args.adapter), engine))
+        models.append(("adapter", load_adapter(load_model(args.model, args.device).model, args.adapter), engine))
     for name, model, vllm in models:
-        ours, ours_s, ours_rate = timed(TransformersBackend(model, loaded.tokenizer, "cpu"), prompts, sampling)
+        ours, ours_s, ours_rate = timed(TransformersBackend(model, loaded.tokenizer, args.device), prompts, sampling)
         theirs, theirs_s, theirs_rate = timed(vllm, prompts, sampling)
         same = sum((a.text, a.completion_tokens) == (b.text, b.completion_tokens)
                    for a, b in zip(ours, theirs, strict=True))

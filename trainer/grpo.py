@@ -165,6 +165,9 @@ def training_arguments(run: training.TrainingRun[GrpoConfig]) -> GRPOConfig:
         scale_rewards=config.rewards_scaling(),
         mask_truncated_completions=config.mask_truncated_completions,
         beta=config.beta,
+        use_vllm=config.generation == "vllm",
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         log_completions=False,
     )
 

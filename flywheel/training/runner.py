@@ -110,8 +110,10 @@ def job_run(*, job_id: Any, worker: str) -> Job | None:
 
 
 def trainer_command(job: Job) -> list[str]:
-    """How this job's trainer starts: in vLLM's Python when its hyperparameters choose the vllm backend."""
-    if (job.hyperparameters or {}).get("backend") == "vllm" and settings.TRAINER_VLLM_COMMAND:
+    """How this job's trainer starts: in vLLM's Python when its hyperparameters choose vLLM to generate."""
+    hyperparameters = job.hyperparameters or {}
+    uses_vllm = hyperparameters.get("backend") == "vllm" or hyperparameters.get("generation") == "vllm"
+    if uses_vllm and settings.TRAINER_VLLM_COMMAND:
         return list(settings.TRAINER_VLLM_COMMAND)
     return list(settings.TRAINER_COMMAND)
 

@@ -67,12 +67,18 @@ def test_the_config_reaches_trl_knob_for_knob(tmp_path):
     assert grpo.training_arguments(
         TrainingRun(**{**run.__dict__, "config": GrpoConfig(loss_type="dr_grpo", max_completion_length=48)})
     ).scale_rewards == "none"
+    assert not args.use_vllm
+    on_vllm = grpo.training_arguments(TrainingRun(**{**run.__dict__, "config": GrpoConfig(
+        generation="vllm", vllm_gpu_memory_utilization=0.5, max_completion_length=48)}))  # fmt: skip
+    assert (on_vllm.use_vllm, on_vllm.vllm_mode, on_vllm.vllm_gpu_memory_utilization) == (True, "colocate", 0.5)
 
 
 @pytest.mark.parametrize(("knobs", "message"), [
     ({"importance_sampling_level": "sequence"}, "GSPO"),
     ({"epsilon_high": 0.28}, "clip-higher"),
     ({"loss_type": "dr_grpo", "scale_rewards": "group"}, "scale_rewards must be none"),
+    ({"generation": "vllm", "max_turns": 4, "environment": "workbench"}, "episodes .* use generation transformers"),
+    ({"generation": "sglang"}, "generation must be one of transformers, vllm"),
 ])
 def test_a_variant_that_cannot_have_its_effect_is_refused(knobs, message):
     with pytest.raises(ValueError, match=message):

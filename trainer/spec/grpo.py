@@ -25,6 +25,7 @@ from trainer.verifiers import DEFAULT_VERIFIER
 LOSS_TYPES = ("dapo", "dr_grpo", "grpo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
+GENERATIONS = ("transformers", "vllm")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,11 @@ class GrpoConfig(TrainingConfig):
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the generations."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass of the generations."})
     sample_events: int = field(default=8, metadata={"help": "Completions shown per checkpoint."})
+    generation: str = field(default="transformers", metadata={
+        "help": "What samples the completions: transformers (the model being trained) or vllm (TRL's vLLM engine in "
+                "the same process, colocate mode, given the new weights after each step; runs in vLLM's Python)."})
+    vllm_gpu_memory_utilization: float = field(default=0.3, metadata={
+        "help": "Share of the GPU's memory the colocated vLLM engine takes (generation vllm on a GPU)."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -86,6 +92,7 @@ class GrpoConfig(TrainingConfig):
             raise ValueError("beta (the KL coefficient) must be 0 or more")
         if not self.temperature > 0:
             raise ValueError("temperature must be above 0: GRPO needs varied completions")
+        self._check_generation()
 
     def _check_variant(self) -> None:
         if self.scale_rewards not in (None, *SCALE_REWARDS):
@@ -101,6 +108,15 @@ class GrpoConfig(TrainingConfig):
         if not self.off_policy and self.epsilon_high is not None:
             raise ValueError("clip-higher (epsilon_high) never engages when each generation batch is used for one "
                              "gradient step (the ratio is 1): set num_iterations or steps_per_generation above 1")
+
+    def _check_generation(self) -> None:
+        if self.generation not in GENERATIONS:
+            raise ValueError(f"generation must be one of {', '.join(GENERATIONS)}")
+        if self.generation == "vllm" and self.max_turns > 1:
+            raise ValueError("generation vllm samples one answer per task; episodes (max_turns above 1) are played "
+                             "turn by turn with the model being trained: use generation transformers")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ValueError("vllm_gpu_memory_utilization must be in (0, 1]")
 
     @property
     def off_policy(self) -> bool:
@@ -126,4 +142,6 @@ class GrpoConfig(TrainingConfig):
             parts.append("cut completions masked")
         if self.beta:
             parts.append(f"KL {self.beta:g}")
+        if self.generation == "vllm":
+            parts.append("sampled by colocated vLLM")
         return ", ".join(parts)

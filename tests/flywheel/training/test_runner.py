@@ -35,12 +35,14 @@ def test_a_job_of_an_agent_without_a_policy_leaves_the_default_to_the_trainer(ti
     assert spec.safety_policy is None
 
 
-def test_a_job_that_chooses_the_vllm_backend_starts_in_vllms_python(tiny_snapshot, settings):
+def test_a_job_that_chooses_vllm_to_generate_starts_in_vllms_python(tiny_snapshot, settings):
     settings.TRAINER_COMMAND = ["python", "-m", "trainer"]
     settings.TRAINER_VLLM_COMMAND = ["vllm-python", "-m", "trainer"]
     on_vllm = Job(kind="eval", snapshot=tiny_snapshot, base_model="demo", hyperparameters={"backend": "vllm"})
     plain = Job(kind="eval", snapshot=tiny_snapshot, base_model="demo", hyperparameters={"backend": "auto"})
     assert runner.trainer_command(on_vllm) == ["vllm-python", "-m", "trainer"]
     assert runner.trainer_command(plain) == ["python", "-m", "trainer"]
+    by_vllm = Job(kind="grpo", snapshot=tiny_snapshot, base_model="demo", hyperparameters={"generation": "vllm"})
+    assert runner.trainer_command(by_vllm) == ["vllm-python", "-m", "trainer"]
     settings.TRAINER_VLLM_COMMAND = []  # an installation whose own Python has vLLM
     assert runner.trainer_command(on_vllm) == ["python", "-m", "trainer"]
