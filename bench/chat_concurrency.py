@@ -96,6 +96,13 @@ def measure(url: str, name: str, requests: list[dict], clients: int, max_tokens:
             "p95_s": round(latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))], 2)}  # fmt: skip
 
 
+def ratios(vllm: object, trainer: object) -> dict[str, float]:
+    """vLLM's figures over trainer serve's: throughput and p95 latency."""
+    assert isinstance(vllm, dict) and isinstance(trainer, dict)
+    return {"ratio_requests_per_s": round(vllm["requests_per_s"] / trainer["requests_per_s"], 2),
+            "ratio_p95": round(vllm["p95_s"] / trainer["p95_s"], 2)}  # fmt: skip
+
+
 def main() -> int:
     from trainer.spec.bfcl import load_bfcl_tasks
     from trainer.spec.tasks import seeded_sample
@@ -124,12 +131,9 @@ def main() -> int:
                 process.terminate()
                 process.wait(timeout=60)
             print(f"{label}: {report[label]}")
-    vllm, trainer = report["vllm"], report["trainer_serve"]
-    assert isinstance(vllm, dict) and isinstance(trainer, dict)
-    report["ratio_requests_per_s"] = round(vllm["requests_per_s"] / trainer["requests_per_s"], 2)
-    report["ratio_p95"] = round(vllm["p95_s"] / trainer["p95_s"], 2)
-    print(json.dumps(report))
+    print(json.dumps({**report, **ratios(report["vllm"], report["trainer_serve"])}))
     return 0
+
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import openai
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.chat_concurrency import BFCL, free_port, measure  # noqa: E402
+from bench.chat_concurrency import BFCL, free_port, measure, ratios  # noqa: E402
 
 AGENT = "bench-bot"
 
@@ -144,11 +144,7 @@ def main() -> int:
             (folder / engine).mkdir()
             report[engine] = measure_engine(engine, model, adapter, requests, args, folder / engine)
             print(f"app with SERVE_ENGINE={engine}: {report[engine]}")
-    vllm, trainer = report["vllm"], report["trainer"]
-    assert isinstance(vllm, dict) and isinstance(trainer, dict)
-    report["ratio_requests_per_s"] = round(vllm["requests_per_s"] / trainer["requests_per_s"], 2)
-    report["ratio_p95"] = round(vllm["p95_s"] / trainer["p95_s"], 2)
-    print(json.dumps(report))
+    print(json.dumps({**report, **ratios(report["vllm"], report["trainer"])}))
     return 0
 
 

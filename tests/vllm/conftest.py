@@ -47,8 +47,6 @@ def vllm_model(tmp_path_factory) -> tuple[Path, Path]:
     return model_dir, adapter_dir
 
 
-
-
 QUESTION = [{"role": "user", "content": "Say hello to the customer."}]
 
 
