@@ -4,6 +4,8 @@ Every change of the live pointer happens under a row lock on the agent, so two a
 once (or a double click) are serialized: the second finds the version already live and does
 nothing, or finds that the live version changed since its page was drawn (`expected_live`) and
 is refused with `PromotionConflict`. Each change is a Deployment row and an audit event.
+Served chat completions are recorded off the request's path: `served_record_later` samples and
+hands the exchange to a task on the `default` queue; the task's `served_store` ingests it.
 The receivers of `training.signals.job_finished` run inside the job's finishing transaction,
 in a savepoint, so a registry problem is recorded and never fails the job.
 """
@@ -12,10 +14,14 @@ from __future__ import annotations
 
 import json
 import logging
+import random
+import time
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
@@ -23,7 +29,9 @@ from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
 from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.models import Split, TaskSetSnapshot
-from flywheel.registry import selectors, storage
+from flywheel.ingest.reader import RawRecord
+from flywheel.ingest.services import IngestOptions, ItemResult, records_ingest, redactor_build
+from flywheel.registry import selectors, storage, traffic
 from flywheel.registry.models import (
     Deployment,
     DeploymentAction,
@@ -342,3 +350,49 @@ def _deploy(
         "gate_passed": gate.passed if gate else None, "deployment": str(deployment.pk),
     })  # fmt: skip
     return deployment
+
+
+# --- served traffic -------------------------------------------------------------------------
+
+
+def served_sampled(*, agent: Agent) -> bool:
+    """Whether this answer of `agent` is to be recorded: its switch, then its sample rate."""
+    return agent.record_served and random.random() < agent.served_sample_rate  # noqa: S311 - sampling, not secrets
+
+
+def served_record_later(*, version: ModelVersion, body: dict[str, Any], answer: dict[str, Any],
+                        started: float) -> bool:  # fmt: skip
+    """Hand one answered exchange to the recording task, when the agent's setting samples it; never raises.
+
+    Called on the request's path (at the end of a stream, inside the response): a broker that
+    refuses the message costs this record only, logged, never the answer.
+    """
+    from flywheel.registry.tasks import record_served
+
+    try:
+        if not served_sampled(agent=version.agent):
+            return False
+        record = traffic.served_record(
+            served=traffic.Served(tag=version.tag, adapter_sha256=version.adapter_sha256), body=body, answer=answer,
+            duration_ms=round(1000 * (time.monotonic() - started)), exchange_id=f"served-{uuid.uuid4().hex}",
+        )  # fmt: skip
+        record_served.delay(agent_id=str(version.agent_id), record=record)
+    except Exception:  # the broker, or a record we failed to build: the client has its answer regardless
+        logger.warning("a served answer of %s was not recorded", version.tag, exc_info=True)
+        return False
+    return True
+
+
+def served_store(*, agent: Agent, record: dict[str, Any]) -> ItemResult:
+    """Store a served exchange's record as a trajectory of `agent` through the ingest path, redacted as ingest is.
+
+    Its id (the answer's id) is the dedup key in the `served` source: storing it again finds the duplicate.
+    """
+    options = IngestOptions(format=traffic.FORMAT, agent=agent.name, source=traffic.SOURCE,
+                            redactor=redactor_build(patterns=settings.INGEST_REDACT_DEFAULT, custom=[]))  # fmt: skip
+    results: list[ItemResult] = []
+    records_ingest(records=[RawRecord(0, value={**record, "agent": agent.name})], options=options,
+                   on_result=results.append)  # fmt: skip
+    if results[0].status == "rejected":
+        logger.warning("a served answer of %s could not be stored: %s", agent.name, results[0].reason)
+    return results[0]
