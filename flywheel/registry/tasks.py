@@ -1,19 +1,17 @@
-"""Celery tasks of the registry (queue `default`): store a served chat completion as a trajectory.
+"""Celery tasks of the registry (queue `default`): store a served chat completion as a trajectory, sweep the outbox.
 
-Safe to run twice: the record's id is the trajectory's external id, so a redelivered or retried
-message finds the stored trajectory and adds nothing. A database error retries with backoff and
-jitter, a bounded number of times.
+`record_served` is safe to run twice: the exchange's row is gone once stored, and the answer's id
+is the trajectory's external id, so a redelivered or retried message adds nothing. A database
+error retries with backoff and jitter, a bounded number of times; after that, and for messages
+the broker lost, the sweeper (`sweep_served`, run by Celery beat) re-sends what is still kept.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from celery import shared_task
 from django.db import DatabaseError
 
-from flywheel.core.models import Agent
-from flywheel.registry.services import served_store
+from flywheel.registry.services import served_store, served_sweep
 
 DATABASE_RETRIES = 5
 
@@ -28,9 +26,12 @@ DATABASE_RETRIES = 5
     retry_jitter=True,
     max_retries=DATABASE_RETRIES,
 )
-def record_served(agent_id: str, record: dict[str, Any]) -> str:
-    """Store one served exchange of the agent; its status (stored, duplicate, rejected), or `gone` without the agent."""
-    agent = Agent.objects.filter(pk=agent_id).first()
-    if agent is None:
-        return "gone"
-    return served_store(agent=agent, record=record).status
+def record_served(exchange_id: str) -> str:
+    """Store one kept exchange; its status (stored, duplicate, rejected), or `gone` when stored before."""
+    return served_store(exchange_id=exchange_id)
+
+
+@shared_task(name="flywheel.registry.tasks.sweep_served")
+def sweep_served() -> int:
+    """Re-send kept exchanges with no message behind them, or whose message went unanswered too long."""
+    return len(served_sweep())

@@ -2,15 +2,17 @@
 
 The upstream here is a small OpenAI-compatible server in the test (SERVE_URL), which streams, so
 whole and streamed answers go through the app's real view and the real `openai` client. The
-recording task's message is caught where the view hands it to the broker and run in this
-process (as a worker would run it); `test_served_worker.py` runs it on a real worker.
+recording task's message (the outbox row's id) is caught where it is handed to the broker and
+run in this process, as a worker would run it; `test_served_worker.py` runs it on a real worker.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,6 +26,7 @@ from flywheel.core.roles import Role
 from flywheel.core.services import agent_served_recording_set, api_token_create
 from flywheel.ingest.models import Step, Trajectory
 from flywheel.registry import services, tasks, traffic
+from flywheel.registry.models import ServedExchange
 from flywheel.registry.services import served_store
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -98,10 +101,10 @@ def live(register, make_user):
 
 
 @pytest.fixture
-def sent(monkeypatch) -> list[dict[str, Any]]:
-    """The recording task's messages, as the view hands them to the broker."""
-    messages: list[dict[str, Any]] = []
-    monkeypatch.setattr(tasks.record_served, "delay", lambda **kwargs: messages.append(kwargs))
+def sent(monkeypatch) -> list[str]:
+    """The recording task's messages (exchange ids), as they are handed to the broker."""
+    messages: list[str] = []
+    monkeypatch.setattr(tasks.record_served, "delay", messages.append)
     return messages
 
 
@@ -115,9 +118,19 @@ def ask(chat: openai.OpenAI, **options: Any) -> Any:
     return chat.chat.completions.create(model="support-bot", messages=QUESTION, tools=TOOLS, **options)
 
 
-def run(messages: list[dict[str, Any]]) -> list[str]:
-    """Run each message's task here, as a worker would: the stored, duplicate or rejected status of each."""
-    return [tasks.record_served(**message) for message in messages]
+def settled(check: Callable[[], bool], timeout: float = 10) -> bool:
+    """Whether `check` holds within `timeout`: a stream is recorded after its last chunk has gone out."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def run(messages: list[str]) -> list[str]:
+    """Run each message's task here, as a worker would: the stored, duplicate, rejected or gone status of each."""
+    return [tasks.record_served(message) for message in messages]
 
 
 def test_a_whole_answer_becomes_one_trajectory_tagged_with_the_version_that_answered(upstream, live, sent, chat):
@@ -141,15 +154,24 @@ def test_a_whole_answer_becomes_one_trajectory_tagged_with_the_version_that_answ
 
 def test_running_the_task_again_stores_nothing_twice(upstream, live, sent, chat):
     ask(chat)
-    assert run(sent + sent) == ["stored", "duplicate"]
-    assert Trajectory.objects.count() == 1 and Step.objects.count() == 3
+    assert run(sent + sent) == ["stored", "gone"]
+    assert Trajectory.objects.count() == 1 and Step.objects.count() == 3 and not ServedExchange.objects.exists()
+
+
+def test_an_exchange_kept_twice_with_one_answer_id_is_stored_once(upstream, live, sent, chat):
+    ask(chat)
+    ask(chat)  # the upstream answers with the same id: the same answer, delivered to us twice
+    assert run(sent) == ["stored", "duplicate"]
+    assert Trajectory.objects.count() == 1 and not ServedExchange.objects.exists()
 
 
 def test_a_streamed_answer_is_recorded_once_whole_with_its_tool_call(upstream, live, sent, chat):
     chunks = list(ask(chat, stream=True))
     text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     assert text == "Let me look." and {chunk.model for chunk in chunks} == {"support-bot:v1"}
-    assert len(sent) == 1  # once the stream ended, not per chunk
+    assert settled(lambda: len(sent) == 1)  # once the stream ended, not per chunk
+    time.sleep(0.5)
+    assert len(sent) == 1
     assert run(sent) == ["stored"]
 
     trajectory = Trajectory.objects.get()
@@ -164,28 +186,56 @@ def test_an_agent_with_recording_off_records_nothing(upstream, live, sent, chat)
     agent_served_recording_set(actor=None, agent=live.agent, enabled=False, sample_rate=1.0)
     assert ask(chat).choices[0].message.content
     assert list(ask(chat, stream=True))
-    assert sent == []
+    time.sleep(0.5)  # a stream is recorded after its last chunk: give it the time
+    assert sent == [] and not ServedExchange.objects.exists()
 
 
 def test_a_sample_rate_of_zero_records_nothing_and_a_half_records_some(upstream, live, sent, chat):
     agent_served_recording_set(actor=None, agent=live.agent, enabled=True, sample_rate=0.0)
     for _ in range(5):
         ask(chat)
-    assert sent == []
+    assert sent == [] and not ServedExchange.objects.exists()
     agent_served_recording_set(actor=None, agent=live.agent, enabled=True, sample_rate=0.5)
     for _ in range(40):
         ask(chat)
     assert 5 <= len(sent) <= 35  # 20 expected; outside this, p < 1e-4
 
 
-def test_a_broker_that_refuses_the_message_does_not_fail_the_answer(upstream, live, monkeypatch, chat):
-    def down(**kwargs: Any) -> None:
+def test_a_broker_that_refuses_the_message_fails_no_answer_and_the_sweeper_sends_it_later(
+    upstream, live, monkeypatch, chat
+):
+    def down(exchange_id: str) -> None:
         raise OperationalError("Error 111 connecting to redis: Connection refused.")
 
     monkeypatch.setattr(tasks.record_served, "delay", down)
     assert ask(chat).choices[0].message.content == "Order 17 ships today."
     assert "".join(c.choices[0].delta.content or "" for c in ask(chat, stream=True) if c.choices) == "Let me look."
-    assert Trajectory.objects.count() == 0
+    assert settled(lambda: ServedExchange.objects.filter(dispatched_at=None).count() == 2)
+    assert not Trajectory.objects.exists()
+
+    resent: list[str] = []
+    monkeypatch.setattr(tasks.record_served, "delay", resent.append)  # the broker is back
+    assert services.served_sweep() == []  # kept a moment ago: its request may still be handing it over
+    assert services.served_sweep(grace=timedelta(0)) and len(resent) == 2
+    assert sorted(run(resent)) == ["stored", "stored"]
+    assert set(Trajectory.objects.values_list("external_id", flat=True)) == {ANSWER_ID, STREAM_ID}
+    assert services.served_sweep(grace=timedelta(0)) == []
+
+
+def test_the_sweeper_leaves_a_fresh_message_alone_and_resends_an_old_one(upstream, live, sent, chat):
+    ask(chat)
+    assert services.served_sweep() == []  # sent a moment ago: its worker has it
+    assert services.served_sweep(resend_after=timedelta(0)) == [ServedExchange.objects.get().pk]
+    assert run(sent) == ["stored", "gone"]
+
+
+def test_a_database_that_refuses_the_outbox_row_fails_no_answer(upstream, live, sent, chat, monkeypatch):
+    def refuse(**kwargs: Any) -> None:
+        raise OperationalDatabaseError("the database went away")
+
+    monkeypatch.setattr(ServedExchange.objects, "create", refuse)
+    assert ask(chat).choices[0].message.content == "Order 17 ships today."
+    assert sent == []
 
 
 def test_a_store_that_fails_on_the_database_is_retried_and_stores_once(upstream, live, sent, chat, monkeypatch):
@@ -199,7 +249,7 @@ def test_a_store_that_fails_on_the_database_is_retried_and_stores_once(upstream,
         return served_store(**kwargs)
 
     monkeypatch.setattr(tasks, "served_store", flaky)
-    result = tasks.record_served.apply(kwargs=sent[0])  # in this process, with the task's own retry policy
+    result = tasks.record_served.apply(args=[sent[0]])  # in this process, with the task's own retry policy
     assert result.get() == "stored" and len(calls) == 2
     assert Trajectory.objects.count() == 1
 
@@ -212,7 +262,7 @@ def test_refused_requests_are_not_recorded(upstream, live, sent, chat):
                                           stream=True))  # fmt: skip
     with pytest.raises(openai.APIStatusError):
         chat.chat.completions.create(model="support-bot:v9", messages=QUESTION)  # not the live version: 409
-    assert sent == []
+    assert sent == [] and not ServedExchange.objects.exists()
 
 
 def test_the_record_is_redacted_as_ingest_redacts(upstream, live, sent, chat, settings):
