@@ -15,7 +15,8 @@ from flywheel.core.models import Agent, ApiToken, AuditEvent
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["name", "description", "tools_source", "environment", "member_count", "created_at"]
+    list_display = ["name", "description", "tools_source", "environment", "record_served", "served_sample_rate",
+                    "member_count", "created_at"]  # fmt: skip
     search_fields = ["name", "description", "members__username"]
     filter_horizontal = ["members", "teams"]
 
@@ -33,6 +34,9 @@ class AgentAdmin(admin.ModelAdmin):
                 environment=obj.environment,
             )
             obj.pk = created.pk
+        if {"record_served", "served_sample_rate"} & set(form.changed_data):
+            services.agent_served_recording_set(actor=request.user, agent=obj, enabled=obj.record_served,
+                                                sample_rate=obj.served_sample_rate)  # fmt: skip
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)

@@ -6,6 +6,7 @@ import uuid
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -57,6 +58,14 @@ class Agent(UUIDModel, TimestampedModel):
         max_length=500, blank=True, validators=[allowed_environment],
         help_text="Where this agent's tasks run as episodes: workbench, replay, or a Python entry point or MCP "
                   "server the operator allows (TRAINER_ENVIRONMENTS); empty for none.",
+    )  # fmt: skip
+    # The app's own chat endpoint records what it serves as trajectories (flywheel.registry.traffic).
+    record_served = models.BooleanField(
+        default=True, help_text="Store each chat completion the app serves for this agent as a trajectory."
+    )
+    served_sample_rate = models.FloatField(
+        default=1.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="The share of served chat completions stored, 0 to 1.",
     )  # fmt: skip
     # Who sees and acts on the agent's rows (`selectors.agents_filter`), besides all-agents users.
     members = models.ManyToManyField(

@@ -106,6 +106,16 @@ def agent_update(*, actor: Actor, agent: Agent, description: str, tools: Any, en
     return agent
 
 
+def agent_served_recording_set(*, actor: Actor, agent: Agent, enabled: bool, sample_rate: float) -> Agent:
+    """Whether the app's chat endpoint records what it serves for `agent`, and which share of it (0 to 1)."""
+    agent.record_served, agent.served_sample_rate = enabled, sample_rate
+    agent.full_clean()
+    agent.save(update_fields=["record_served", "served_sample_rate", "updated_at"])
+    audit_record(actor=actor, action="agent.served_recording", target=agent,
+                 data={"enabled": enabled, "sample_rate": sample_rate})  # fmt: skip
+    return agent
+
+
 def _token_hash(secret: str) -> str:
     # Tokens carry 256 random bits, so a fast hash is enough: there is nothing to brute-force.
     return hashlib.sha256(secret.encode()).hexdigest()

@@ -7,7 +7,8 @@ is a JSON array, `{"batch": [...]}`, or JSON Lines, optionally gzipped; query pa
 format, agent, source, field mapping (`map=messages=traj`, repeated) and redaction
 (`redact=email,api_key`). The body is read as a stream up to `API_MAX_BODY_BYTES`, and a gzipped
 one is decompressed up to `API_MAX_DECOMPRESSED_BYTES` (413 past either). Also the OTLP/HTTP trace
-endpoint, whose work is in `flywheel.ingest.otlp`.
+endpoint, whose work is in `flywheel.ingest.otlp`, and end users' feedback on a trajectory, by its
+id or by the external id the agent knows it by (like Langfuse's scores API).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -24,10 +26,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required, rate_limited
-from flywheel.core.jsonbody import JsonInputError, body_read
+from flywheel.core.jsonbody import JsonInputError, body_read, json_object_from_body
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import ingest_agent_names, ingest_refusal
-from flywheel.ingest import otlp, services
+from flywheel.ingest import otlp, selectors, services
+from flywheel.ingest.models import Feedback, Trajectory
 from flywheel.ingest.reader import (
     GZIP_MAGIC,
     FileProblem,
@@ -213,3 +216,51 @@ def trajectories(request: AuthedRequest) -> JsonResponse:
     summary = {key: value for key, value in report.as_dict().items() if key != "errors"}
     body_out = {"results": [_result_json(r) for r in sorted(results, key=lambda r: r.line)], "summary": summary}
     return JsonResponse(body_out, status=207)
+
+
+def _feedback(request: AuthedRequest, trajectory: Trajectory) -> JsonResponse:
+    try:
+        body = json_object_from_body(request, max_bytes=settings.API_MAX_BODY_BYTES)
+        feedback = services.feedback_add(trajectory=trajectory, value=body.get("value"),
+                                         comment=body.get("comment", ""), end_user=body.get("user_id", ""),
+                                         sent_by=request.user)  # fmt: skip
+    except JsonInputError as exc:
+        return _error(exc.status, exc.message)
+    except ValidationError as exc:
+        return _error(400, " ".join(exc.messages))
+    return JsonResponse(_feedback_json(feedback), status=201)
+
+
+def _feedback_json(feedback: Feedback) -> dict[str, Any]:
+    return {"id": feedback.pk, "trajectory": str(feedback.trajectory_id), "value": feedback.thumb or feedback.score,
+            "comment": feedback.comment, "user_id": feedback.end_user,
+            "created_at": feedback.created_at.isoformat()}  # fmt: skip
+
+
+@permission_required(Perm.INGEST, api=True)
+@rate_limited("ingest")
+@require_POST
+def trajectory_feedback(request: AuthedRequest, trajectory_id: UUID) -> JsonResponse:
+    """`POST /api/v1/trajectories/<id>/feedback`: `{"value": "up"|"down"|number, "comment", "user_id"}`; 201."""
+    trajectory = selectors.trajectory_visible(viewer=request.user).filter(pk=trajectory_id).first()
+    if trajectory is None:
+        return _error(404, f"no trajectory {trajectory_id}")
+    return _feedback(request, trajectory)
+
+
+@permission_required(Perm.INGEST, api=True)
+@rate_limited("ingest")
+@require_POST
+def trajectory_feedback_by_external_id(request: AuthedRequest, external_id: str) -> JsonResponse:
+    """`POST /api/v1/trajectories/by-external-id/<id>/feedback[?agent=NAME&source=S]`: as by id.
+
+    A served answer's id (`chatcmpl-...`) is the external id of its recorded trajectory. `agent`
+    and `source` narrow the search where several of the caller's trajectories share the id.
+    """
+    found = selectors.trajectory_by_external_id(external_id=external_id, agent_name=request.GET.get("agent", ""),
+                                                source=request.GET.get("source", ""), viewer=request.user)  # fmt: skip
+    if not found:
+        return _error(404, f"no trajectory {external_id!r}")
+    if len(found) > 1:
+        return _error(409, f"several trajectories have the id {external_id!r}; name one with ?agent=NAME&source=S")
+    return _feedback(request, found[0])

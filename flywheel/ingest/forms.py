@@ -10,7 +10,7 @@ from django.conf import settings
 from flywheel.ingest.models import Outcome
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping
 from flywheel.ingest.redaction import BUILT_IN, Redactor
-from flywheel.ingest.selectors import TrajectoryFilters
+from flywheel.ingest.selectors import FEEDBACK_ANY, TrajectoryFilters
 
 MAPPING_HELP = "Where records keep their parts, e.g. messages=traj outcome=reward id=task_id,trial"
 
@@ -70,6 +70,10 @@ class TrajectoryFilterForm(forms.Form):
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     q = forms.CharField(required=False, max_length=200, label="Text")
+    feedback = forms.ChoiceField(
+        required=False, label="Feedback",
+        choices=[("", "—"), ("down", "thumbs down"), ("up", "thumbs up"), (FEEDBACK_ANY, "any")],
+    )  # fmt: skip
 
     def filters(self) -> TrajectoryFilters:
         data: dict[str, Any] = self.cleaned_data if self.is_valid() else {}
@@ -82,4 +86,5 @@ class TrajectoryFilterForm(forms.Form):
             since=data.get("since"),
             until=data.get("until"),
             text=(data.get("q") or "").strip(),
+            feedback=data.get("feedback") or "",
         )

@@ -1,4 +1,4 @@
-"""Trajectories as they were logged, their steps, and the uploads that brought them in."""
+"""Trajectories as they were logged, their steps, end users' feedback on them, and the uploads that brought them in."""
 
 from __future__ import annotations
 
@@ -133,6 +133,39 @@ class Trajectory(UUIDModel):
 
     def __str__(self) -> str:
         return self.external_id or str(self.id)
+
+
+class Feedback(TimestampedModel):
+    """An end user's judgement of a trajectory, sent by the agent's product: a thumb or a score, and a comment.
+
+    A trajectory may have several (one per user, or a user changing their mind); none is ever overwritten.
+    """
+
+    class Thumb(models.TextChoices):
+        UP = "up", "Thumbs up"
+        DOWN = "down", "Thumbs down"
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="feedback")
+    thumb = models.CharField(max_length=4, choices=Thumb.choices, blank=True)
+    score = models.FloatField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    # The end user's id in the agent's product, as sent: not a user of this app.
+    end_user = models.CharField(max_length=255, blank=True)
+    sent_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(thumb="") & models.Q(score__isnull=False))
+                | (~models.Q(thumb="") & models.Q(score__isnull=True)),
+                name="feedback_thumb_or_score",
+            ),
+        ]
+        indexes = [models.Index(fields=["trajectory", "thumb"], name="feedback_thumb")]
+
+    def __str__(self) -> str:
+        return self.thumb or f"{self.score:g}"
 
 
 class OtlpSpan(models.Model):

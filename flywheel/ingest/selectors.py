@@ -16,7 +16,9 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from flywheel.core.selectors import agent_names_filter, agents_filter, sees_all_agents
-from flywheel.ingest.models import Outcome, Step, Trajectory, Upload
+from flywheel.ingest.models import Feedback, Outcome, Step, Trajectory, Upload
+
+FEEDBACK_ANY = "any"
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class TrajectoryFilters:
     since: date | None = None
     until: date | None = None
     text: str = ""
+    feedback: str = ""  # "up" or "down": with a thumb so; FEEDBACK_ANY: with any feedback
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,11 @@ def trajectory_queryset(filters: TrajectoryFilters, *, viewer: User) -> QuerySet
         rows = rows.filter(Exists(Step.objects.filter(trajectory=OuterRef("pk"), tool_name=filters.tool)))
     if filters.text:
         rows = rows.filter(search_text__icontains=filters.text)
+    if filters.feedback:
+        given = Feedback.objects.filter(trajectory=OuterRef("pk"))
+        if filters.feedback != FEEDBACK_ANY:
+            given = given.filter(thumb=filters.feedback)
+        rows = rows.filter(Exists(given))
     return rows.defer("search_text", "metadata", "final_result")
 
 
@@ -102,8 +110,18 @@ def trajectory_visible(*, viewer: User) -> QuerySet[Trajectory]:
 
 def trajectory_with_steps(*, trajectory_id: UUID, viewer: User) -> Trajectory | None:
     steps = Prefetch("steps", queryset=Step.objects.order_by("index"))
-    rows = trajectory_visible(viewer=viewer).select_related("agent", "upload").prefetch_related(steps)
+    rows = trajectory_visible(viewer=viewer).select_related("agent", "upload").prefetch_related(steps, "feedback")
     return rows.filter(pk=trajectory_id).first()
+
+
+def trajectory_by_external_id(*, external_id: str, agent_name: str, source: str, viewer: User) -> list[Trajectory]:
+    """Those `viewer` may see with this external id (in that agent and source, where named): two at most."""
+    rows = trajectory_visible(viewer=viewer).filter(external_id=external_id)
+    if agent_name:
+        rows = rows.filter(agent__name=agent_name)
+    if source:
+        rows = rows.filter(source=source)
+    return list(rows[:2])
 
 
 def upload_visible(*, viewer: User) -> QuerySet[Upload]:

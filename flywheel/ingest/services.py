@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import closing
@@ -43,7 +44,7 @@ from flywheel.core.models import Agent
 from flywheel.core.selectors import ingest_agent_names
 from flywheel.core.services import audit_record, outbox_send, tools_normalize
 from flywheel.ingest.catalogue import Observed, catalogues_update, observe_calls
-from flywheel.ingest.models import Step, Trajectory, Upload
+from flywheel.ingest.models import Feedback, Step, Trajectory, Upload
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajectory, RecordError, parse_record
 from flywheel.ingest.prefetch import ahead
 from flywheel.ingest.reader import FileProblem, RawRecord, ReadLimits, read_records
@@ -715,3 +716,27 @@ def _upload_raw_discard(upload: Upload) -> None:
         return
     upload.file.delete(save=False)
     Upload.objects.filter(pk=upload.pk).update(file="")
+
+
+FEEDBACK_TEXT_CHARS = 10_000
+
+
+def feedback_add(*, trajectory: Trajectory, value: Any, comment: Any = "", end_user: Any = "",
+                 sent_by: User | None) -> Feedback:  # fmt: skip
+    """Store an end user's feedback on `trajectory`: `value` "up", "down" or a finite number; ValidationError else."""
+    if isinstance(value, str) and value in Feedback.Thumb.values:
+        thumb, score = value, None
+    elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        thumb, score = "", float(value)
+    else:
+        raise ValidationError(f'value must be "up", "down" or a number, not {json.dumps(value)[:100]}')
+    for name, text in (("comment", comment), ("user_id", end_user)):
+        if not isinstance(text, str):
+            raise ValidationError(f"{name} must be a string")
+    if len(comment) > FEEDBACK_TEXT_CHARS:
+        raise ValidationError(f"comment is longer than {FEEDBACK_TEXT_CHARS} characters")
+    feedback = Feedback(trajectory=trajectory, thumb=thumb, score=score, comment=comment, end_user=end_user,
+                        sent_by=sent_by)  # fmt: skip
+    feedback.full_clean()
+    feedback.save()
+    return feedback

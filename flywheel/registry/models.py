@@ -1,7 +1,8 @@
-"""Registry rows: model versions, gate policies and results, deployments, and the live pointer.
+"""Registry rows: model versions, gate policies and results, deployments, the live pointer, served answers.
 
 Nothing here is ever deleted (PROTECT everywhere, no delete in the admin): the versions and
-the deployments are the history of what served each agent. One live version per agent is
+the deployments are the history of what served each agent. The exception is `ServedExchange`, an
+outbox row that lives only until its answer is stored as a trajectory. One live version per agent is
 the unique `LivePointer.agent`; the services change it under a row lock on the agent.
 """
 
@@ -148,3 +149,24 @@ class LivePointer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} → {self.version.tag}"
+
+
+class ServedExchange(UUIDModel):
+    """A served chat completion waiting to be stored as a trajectory: the outbox row of its recording task.
+
+    Written on the request's path, deleted once its trajectory is stored; a row whose message was
+    never sent, or sent long ago, is re-sent by the sweeper (`services.served_sweep`).
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    record = models.JSONField(help_text="The answered exchange as an openai-chat record (`traffic.served_record`).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its recording message was last handed to the broker."
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["dispatched_at", "created_at"], name="served_exchange_dispatch")]
+
+    def __str__(self) -> str:
+        return str(self.record.get("id", self.pk))

@@ -4,6 +4,9 @@ Every change of the live pointer happens under a row lock on the agent, so two a
 once (or a double click) are serialized: the second finds the version already live and does
 nothing, or finds that the live version changed since its page was drawn (`expected_live`) and
 is refused with `PromotionConflict`. Each change is a Deployment row and an audit event.
+Served chat completions are recorded off the request's path: `served_record_later` samples,
+keeps the exchange in an outbox row and hands its id to a task on the `default` queue, whose
+`served_store` ingests it; `served_sweep` re-sends rows whose message may be lost.
 The receivers of `training.signals.job_finished` run inside the job's finishing transaction,
 in a savepoint, so a registry problem is recorded and never fails the job.
 """
@@ -12,18 +15,27 @@ from __future__ import annotations
 
 import json
 import logging
+import random
+import time
+import uuid
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
-from flywheel.core.services import Actor, actor_user, audit_record
+from flywheel.core.services import Actor, actor_user, audit_record, outbox_send
 from flywheel.datasets.models import Split, TaskSetSnapshot
-from flywheel.registry import selectors, storage
+from flywheel.ingest.reader import RawRecord
+from flywheel.ingest.services import IngestOptions, ItemResult, records_ingest, redactor_build
+from flywheel.registry import selectors, storage, traffic
 from flywheel.registry.models import (
     Deployment,
     DeploymentAction,
@@ -32,6 +44,7 @@ from flywheel.registry.models import (
     GateStatus,
     LivePointer,
     ModelVersion,
+    ServedExchange,
 )
 from flywheel.training.models import TRAINING_KINDS, Job, JobKind, JobState
 from trainer.spec.adapters import AdapterError
@@ -342,3 +355,74 @@ def _deploy(
         "gate_passed": gate.passed if gate else None, "deployment": str(deployment.pk),
     })  # fmt: skip
     return deployment
+
+
+# --- served traffic -------------------------------------------------------------------------
+
+
+def served_sampled(*, agent: Agent) -> bool:
+    """Whether this answer of `agent` is to be recorded: its switch, then its sample rate."""
+    return agent.record_served and random.random() < agent.served_sample_rate  # noqa: S311 - sampling, not secrets
+
+
+def served_record_later(*, version: ModelVersion, body: dict[str, Any], answer: dict[str, Any],
+                        started: float) -> bool:  # fmt: skip
+    """Keep one answered exchange for the recording task, when the agent's setting samples it; never raises.
+
+    Called on the request's path (at the end of a stream, inside the response). The outbox row is
+    committed first, so a broker that refuses the message leaves it to the sweeper; a failure to
+    write the row costs this record only, logged, never the answer.
+    """
+    try:
+        if not served_sampled(agent=version.agent):
+            return False
+        record = traffic.served_record(
+            served=traffic.Served(tag=version.tag, adapter_sha256=version.adapter_sha256), body=body, answer=answer,
+            duration_ms=round(1000 * (time.monotonic() - started)), exchange_id=f"served-{uuid.uuid4().hex}",
+        )  # fmt: skip
+        exchange = ServedExchange.objects.create(agent=version.agent, record=record)
+    except Exception:  # the database, or a record we failed to build: the client has its answer regardless
+        logger.warning("a served answer of %s was not recorded", version.tag, exc_info=True)
+        return False
+    return served_dispatch(exchange_id=exchange.pk)
+
+
+def served_dispatch(*, exchange_id: uuid.UUID) -> bool:
+    """Hand the exchange's message to the broker and mark it dispatched; False (logged) when the broker refused."""
+    from flywheel.registry.tasks import record_served
+
+    return outbox_send(send=record_served.delay, model=ServedExchange, row_id=exchange_id)
+
+
+def served_store(*, exchange_id: uuid.UUID | str) -> str:
+    """Store a kept exchange as a trajectory of its agent through the ingest path, redacted as ingest is; drop the row.
+
+    Its status: stored, duplicate, rejected (logged), or `gone` when an earlier delivery stored it.
+    The record's id (the answer's id) is the dedup key in the `served` source, so a second delivery
+    racing the first stores nothing twice.
+    """
+    exchange = ServedExchange.objects.select_related("agent").filter(pk=exchange_id).first()
+    if exchange is None:
+        return "gone"
+    agent = exchange.agent
+    options = IngestOptions(format=traffic.FORMAT, agent=agent.name, source=traffic.SOURCE,
+                            redactor=redactor_build(patterns=settings.INGEST_REDACT_DEFAULT, custom=[]))  # fmt: skip
+    results: list[ItemResult] = []
+    with transaction.atomic():
+        records_ingest(records=[RawRecord(0, value={**exchange.record, "agent": agent.name})], options=options,
+                       on_result=results.append)  # fmt: skip
+        ServedExchange.objects.filter(pk=exchange.pk).delete()
+    if results[0].status == "rejected":
+        logger.warning("a served answer of %s could not be stored: %s", agent.name, results[0].reason)
+    return results[0].status
+
+
+def served_sweep(*, resend_after: timedelta | None = None, grace: timedelta | None = None) -> list[uuid.UUID]:
+    """Re-send exchanges whose message may be lost: never sent once `grace` has passed, or sent `resend_after` ago."""
+    now = timezone.now()
+    resend = now - (resend_after if resend_after is not None else timedelta(seconds=settings.DISPATCH_RESEND_SECONDS))
+    fresh = now - (grace if grace is not None else timedelta(seconds=settings.DISPATCH_GRACE_SECONDS))
+    waiting = ServedExchange.objects.filter(Q(dispatched_at__isnull=True, created_at__lt=fresh)
+                                            | Q(dispatched_at__lt=resend))  # fmt: skip
+    ids = list(waiting.order_by("created_at").values_list("pk", flat=True)[: settings.DISPATCH_SWEEP_LIMIT])
+    return [pk for pk in ids if served_dispatch(exchange_id=pk)]

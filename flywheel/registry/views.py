@@ -6,6 +6,7 @@ the forms carry the live version the page showed, so a stale page is refused, no
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -23,7 +24,7 @@ from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agent_get, choices_limit
-from flywheel.registry import charts, selectors, services, serving, storage
+from flywheel.registry import charts, selectors, services, serving, storage, traffic
 from flywheel.registry.forms import (
     GateLaunchForm,
     GatePolicyForm,
@@ -251,8 +252,10 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
     """`POST /v1/chat/completions`: OpenAI's chat API; `model` names the agent, the live version answers.
 
     With `stream: true` the server's events pass through as they come (vLLM streams; `python -m
-    trainer serve` refuses, and its refusal is answered as JSON).
+    trainer serve` refuses, and its refusal is answered as JSON). Each answered request is handed
+    to a task that records it as a trajectory (`services.served_record_later`); refusals are not.
     """
+    started = time.monotonic()
     try:
         body = json_object_from_body(request, max_bytes=settings.API_MAX_BODY_BYTES)
     except JsonInputError as exc:
@@ -270,6 +273,8 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
     try:
         if body.get("stream") is True:
             events = serving.chat_stream(version=pointer.version, body=body)
+            record = partial(services.served_record_later, version=pointer.version, body=body, started=started)
+            events = traffic.recorded_stream(events, on_end=record)
             return StreamingHttpResponse(events, content_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache"})  # fmt: skip
         status, answer = serving.chat_forward(version=pointer.version, body=body)
@@ -282,4 +287,6 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
         if error.retry_after is not None:
             unavailable["Retry-After"] = str(error.retry_after)
         return unavailable
+    if status == 200:
+        services.served_record_later(version=pointer.version, body=body, answer=answer, started=started)
     return JsonResponse(answer, status=status)

@@ -250,7 +250,7 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
         "trajectory_id": trajectory.pk, "upload_id": upload.pk, "queue_id": queue.pk, "task_id": task.pk,
         "snapshot_id": snapshot.pk, "format_name": "native", "job_id": job.pk, "agent_name": ALPHA, "name": ALPHA,
         "number": version.number, "gate_id": gate.pk, "run_id": run.pk, "output_id": run.outputs.first().pk,
-        "token_id": token.pk, "index": 0, "sample_id": sample.pk,
+        "token_id": token.pk, "index": 0, "sample_id": sample.pk, "external_id": trajectory.external_id,
     }  # fmt: skip
     markers = {
         "agent": ALPHA, "trajectory": str(trajectory.pk), "upload": str(upload.pk), "queue": queue.name,

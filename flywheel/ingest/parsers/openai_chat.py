@@ -5,6 +5,8 @@ of `tool_calls` (arguments are JSON strings; invalid ones are kept raw for triag
 messages become `tool_result` steps, named after the call they answer. Where the messages, id,
 outcome and metadata live comes from the field mapping. Without a metadata field, every other
 top-level field is kept as metadata (tau-bench's `info` holds the task and its ground truth).
+Tokens come from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`) and the
+duration from `duration_ms`, where the record has them (the app's recorded chat completions do).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from flywheel.ingest.parsers.base import (
     arguments_from,
     external_id_from,
     id_text,
+    optional_int,
     optional_str,
     outcome_from,
     text_from,
@@ -40,6 +43,7 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
         raise RecordError(f"the record needs a non-empty '{mapping.messages}' list of chat messages")
     steps = _steps(messages)
     final = next((step.text for step in reversed(steps) if step.kind == "assistant" and step.text), "")
+    usage = _usage(record)
     return ParsedTrajectory(
         steps=steps,
         external_id=external_id_from(record, mapping.id),
@@ -47,9 +51,19 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
         model_version=optional_str(record, mapping.model_version),
         outcome=outcome_from(record.get(mapping.outcome)),
         final_result=final,
+        duration_ms=optional_int(record, "duration_ms"),
+        input_tokens=usage["prompt_tokens"],
+        output_tokens=usage["completion_tokens"],
         metadata=_metadata(record, mapping),
         tools=record["tools"] if isinstance(record.get("tools"), list) else [],
     )
+
+
+def _usage(record: dict[str, Any]) -> dict[str, int | None]:
+    usage = record.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise RecordError('usage must be an object such as {"prompt_tokens": 10, "completion_tokens": 2}')
+    return {name: optional_int(usage, name) for name in ("prompt_tokens", "completion_tokens")}
 
 
 def _metadata(record: dict[str, Any], mapping: FieldMapping) -> dict[str, Any]:

@@ -161,6 +161,8 @@ def test_every_api_endpoint_names_the_scope_it_needs():
             scopes[pattern.name] = pattern.callback.required_scope
     assert scopes == {
         "api_trajectories": "ingest",
+        "api_feedback": "ingest",
+        "api_feedback_by_external_id": "ingest",
         "otlp_traces": "ingest",
         "api_me": "read",
         "api_live": "read",

@@ -9,7 +9,7 @@ from django.apps import apps as django_apps
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from flywheel.core.models import Agent
+from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Role
 from flywheel.core.selectors import (
     agent_get,
@@ -120,7 +120,8 @@ def test_the_agent_admin_adds_members(client, make_user, agents):
     viewer = make_user(Role.VIEWER, agents=[])
     client.force_login(admin)
     alpha = agents[0]
-    data = {"name": "alpha", "description": "", "tools": "[]", "tools_source": "uploaded", "members": [viewer.pk]}
+    data = {"name": "alpha", "description": "", "tools": "[]", "tools_source": "uploaded", "members": [viewer.pk],
+            "record_served": "on", "served_sample_rate": "1.0"}  # fmt: skip
     response = client.post(reverse("admin:core_agent_change", args=[alpha.pk]), data)
     assert response.status_code == 302, response.content[:500]
     assert list(visible_agents(viewer)) == [alpha]
@@ -134,3 +135,21 @@ def test_an_auditor_without_the_all_agents_grant_reads_only_their_own_actions(ma
     assert [event.action for event in audit_event_list(viewer=auditor)] == ["version.promote"]
     everything = {event.action for event in audit_event_list(viewer=make_user(Role.APPROVER))}
     assert {"version.promote", "version.register", "agent.create"} <= everything
+
+
+@pytest.mark.django_db
+def test_the_agent_admin_sets_served_recording_with_an_audit_row(client, make_user, agents):
+    admin = make_user(Role.ADMIN)
+    admin.is_staff = admin.is_superuser = True
+    admin.save()
+    client.force_login(admin)
+    alpha = agents[0]
+    data = {"name": "alpha", "description": "", "tools": "[]", "tools_source": "uploaded", "served_sample_rate": "0.25"}
+    response = client.post(reverse("admin:core_agent_change", args=[alpha.pk]), data)
+    assert response.status_code == 302, response.content[:500]
+    alpha.refresh_from_db()
+    assert (alpha.record_served, alpha.served_sample_rate) == (False, 0.25)
+    event = AuditEvent.objects.get(action="agent.served_recording")
+    assert event.data == {"enabled": False, "sample_rate": 0.25}
+    data["served_sample_rate"] = "1.5"
+    assert client.post(reverse("admin:core_agent_change", args=[alpha.pk]), data).status_code == 200  # refused
