@@ -317,7 +317,7 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
         "trajectory_id": failure.id, "upload_id": Upload.objects.get().id, "task_id": task.id,
         "snapshot_id": heldout.id, "format_name": "trl", "job_id": grpo_job.id, "gate_id": gate.id,
         "run_id": run.id, "output_id": run.outputs.get().id, "queue_id": queue.id, "agent_name": AGENT,
-        "name": AGENT, "number": 2, "token_id": None,
+        "name": AGENT, "number": 2, "token_id": None, "external_id": failure.external_id,
         "index": None, "sample_id": None,  # this journey is single-turn: no episode pages (test_eval_episodes.py)
     }  # fmt: skip
     rendered, post_only = [], []
