@@ -12,7 +12,7 @@ import pytest
 from flywheel.core.services import agent_create
 from flywheel.datasets.importers import read
 from flywheel.datasets.services import snapshot_create, tasks_import
-from flywheel.registry import services
+from flywheel.registry import services, serving
 from flywheel.registry.models import ModelVersion
 from flywheel.training import services as training_services
 from flywheel.training.models import Job, JobState
@@ -97,3 +97,16 @@ def write_gate_file(folder: Path, decision: dict, report: dict | None = None) ->
     path.write_text(json.dumps({"decision": decision, **(report or {})}))
     return {"gate": str(path), "candidate_results": str(folder / "candidate.jsonl"),
             "baseline_results": str(folder / "baseline.jsonl")}
+
+
+QUESTION = [{"role": "user", "content": "Say hello to the customer."}]
+
+
+@pytest.fixture
+def managed_server(settings):
+    """The app's own `trainer serve` on the CPU, stopped after the test."""
+    settings.SERVE_URL = ""
+    settings.SERVE_DEVICE = "cpu"
+    settings.SERVE_MAX_NEW_TOKENS = 8
+    yield serving.MANAGED
+    serving.MANAGED.stop()

@@ -16,18 +16,9 @@ from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create
 from flywheel.ingest.models import Trajectory
 from flywheel.registry import selectors, services, serving
+from tests.flywheel.registry.conftest import QUESTION
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-QUESTION = [{"role": "user", "content": "Say hello to the customer."}]
-
-
-@pytest.fixture
-def managed_server(settings):
-    settings.SERVE_URL = ""
-    settings.SERVE_DEVICE = "cpu"
-    settings.SERVE_MAX_NEW_TOKENS = 8
-    yield serving.MANAGED
-    serving.MANAGED.stop()
 
 
 def ask(chat: openai.OpenAI):

@@ -11,19 +11,10 @@ import pytest
 from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create
 from flywheel.ingest.models import Trajectory
-from flywheel.registry import services, serving
+from flywheel.registry import services
+from tests.flywheel.registry.conftest import QUESTION
 
 pytestmark = [pytest.mark.slow, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
-QUESTION = [{"role": "user", "content": "Say hello to the customer."}]
-
-
-@pytest.fixture
-def managed_server(settings):
-    settings.SERVE_URL = ""
-    settings.SERVE_DEVICE = "cpu"
-    settings.SERVE_MAX_NEW_TOKENS = 8
-    yield serving.MANAGED
-    serving.MANAGED.stop()
 
 
 def wait_for_trajectories(count: int, timeout: float = 90) -> list[Trajectory]:
