@@ -7,7 +7,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable, Collection
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser, Group, Permission, User
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from flywheel.core.models import Agent, ApiToken, AuditEvent, Capability
@@ -259,3 +260,12 @@ def outbox_send(*, send: Callable[[str], Any], model: type[models.Model], row_id
         return False
     model._default_manager.filter(pk=row_id).update(dispatched_at=timezone.now())
     return True
+
+
+def outbox_due(*, since: str, resend_after: timedelta | None = None, grace: timedelta | None = None) -> Q:
+    """Outbox rows whose message may be lost: never sent once `grace` has passed since their `since`
+    field (a broker outage when they were written), or sent longer than `resend_after` ago."""
+    now = timezone.now()
+    resend = now - (resend_after if resend_after is not None else timedelta(seconds=settings.DISPATCH_RESEND_SECONDS))
+    fresh = now - (grace if grace is not None else timedelta(seconds=settings.DISPATCH_GRACE_SECONDS))
+    return Q(dispatched_at__isnull=True, **{f"{since}__lt": fresh}) | Q(dispatched_at__lt=resend)

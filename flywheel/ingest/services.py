@@ -42,7 +42,7 @@ from django.utils import timezone
 from flywheel.core.db import bulk_insert
 from flywheel.core.models import Agent
 from flywheel.core.selectors import ingest_agent_names
-from flywheel.core.services import audit_record, outbox_send, tools_normalize
+from flywheel.core.services import audit_record, outbox_due, outbox_send, tools_normalize
 from flywheel.ingest.catalogue import Observed, catalogues_update, observe_calls
 from flywheel.ingest.models import Feedback, Step, Trajectory, Upload
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajectory, RecordError, parse_record
@@ -583,11 +583,9 @@ def uploads_sweep(
     """
     now = timezone.now()
     stale = now - (stale_after if stale_after is not None else timedelta(seconds=settings.INGEST_STALE_SECONDS))
-    resend = now - (resend_after if resend_after is not None else timedelta(seconds=settings.DISPATCH_RESEND_SECONDS))
-    fresh = now - (grace if grace is not None else timedelta(seconds=settings.DISPATCH_GRACE_SECONDS))
     requeued = [pk for pk in _uploads_lost(stale) if _upload_requeue_or_fail(pk, stale)]
-    not_sent = Q(dispatched_at__isnull=True, updated_at__lt=fresh)
-    waiting = Upload.objects.filter(not_sent | Q(dispatched_at__lt=resend), status=Upload.Status.QUEUED)
+    due = outbox_due(since="updated_at", resend_after=resend_after, grace=grace)
+    waiting = Upload.objects.filter(due, status=Upload.Status.QUEUED)
     waiting_ids = waiting.exclude(pk__in=requeued).order_by("created_at").values_list("pk", flat=True)
     ids = requeued + list(waiting_ids[: settings.DISPATCH_SWEEP_LIMIT])
     return [pk for pk in ids if upload_dispatch(upload_id=pk)]

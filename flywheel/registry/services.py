@@ -26,12 +26,10 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Q
-from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
-from flywheel.core.services import Actor, actor_user, audit_record, outbox_send
+from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, outbox_send
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.ingest.reader import RawRecord
 from flywheel.ingest.services import IngestOptions, ItemResult, records_ingest, redactor_build
@@ -419,10 +417,6 @@ def served_store(*, exchange_id: uuid.UUID | str) -> str:
 
 def served_sweep(*, resend_after: timedelta | None = None, grace: timedelta | None = None) -> list[uuid.UUID]:
     """Re-send exchanges whose message may be lost: never sent once `grace` has passed, or sent `resend_after` ago."""
-    now = timezone.now()
-    resend = now - (resend_after if resend_after is not None else timedelta(seconds=settings.DISPATCH_RESEND_SECONDS))
-    fresh = now - (grace if grace is not None else timedelta(seconds=settings.DISPATCH_GRACE_SECONDS))
-    waiting = ServedExchange.objects.filter(Q(dispatched_at__isnull=True, created_at__lt=fresh)
-                                            | Q(dispatched_at__lt=resend))  # fmt: skip
+    waiting = ServedExchange.objects.filter(outbox_due(since="created_at", resend_after=resend_after, grace=grace))
     ids = list(waiting.order_by("created_at").values_list("pk", flat=True)[: settings.DISPATCH_SWEEP_LIMIT])
     return [pk for pk in ids if served_dispatch(exchange_id=pk)]

@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from flywheel.core.environments import allowed_environment
 from flywheel.core.models import Agent
-from flywheel.core.services import Actor, actor_user, audit_record, outbox_send
+from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, outbox_send
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.datasets.services import snapshot_subset_create
 from flywheel.training.models import (
@@ -118,10 +118,7 @@ def jobs_redispatch(*, resend_after: timedelta | None = None, grace: timedelta |
     sent longer than `resend_after` ago and still unclaimed. A duplicate is harmless: the claim
     moves a job out of `queued` once.
     """
-    now = timezone.now()
-    resend = now - (resend_after if resend_after is not None else timedelta(seconds=settings.DISPATCH_RESEND_SECONDS))
-    fresh = now - (grace if grace is not None else timedelta(seconds=settings.DISPATCH_GRACE_SECONDS))
-    waiting = Q(dispatched_at__isnull=True, updated_at__lt=fresh) | Q(dispatched_at__lt=resend)
+    waiting = outbox_due(since="updated_at", resend_after=resend_after, grace=grace)
     queued = Job.objects.filter(waiting, state=JobState.QUEUED, cancel_requested=False).order_by("created_at")
     ids = list(queued.values_list("pk", flat=True)[: settings.DISPATCH_SWEEP_LIMIT])
     return [pk for pk in ids if job_dispatch(job_id=pk)]
