@@ -9,8 +9,11 @@ refuses is still played (the demonstration is what the reference does) and count
 `episode_example` renders one played episode (`trainer.prompts.render_episode`) and tokenizes it
 span by span: `input_ids`, and `assistant_masks` set on the tokens of the episode's assistant
 turns only (each call and the closing answer, with their end-of-turn marker), the form TRL's
-SFTTrainer takes a pre-tokenized example in. Tasks that expect no call are not played (there is
-no reference to imitate). No torch here.
+SFTTrainer takes a pre-tokenized example in. A task without reference calls (no call expected, or
+an end state that judges it alone) is played as the closing answer by itself: answering without
+acting is what it demonstrates, and leaving such tasks out teaches a model to call where it should
+answer. Its episode is kept only where the environment judges that answer passed; where the
+expected end state needs calls nobody wrote down, there is no reference to imitate. No torch here.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class References:
 
     played: list[Demonstration] = field(default_factory=list)
     broken: list[Demonstration] = field(default_factory=list)
+    # Tasks without reference calls whose expected end state an answer alone does not reach.
+    unreferenced: list[Demonstration] = field(default_factory=list)
 
     @property
     def refused_calls(self) -> int:
@@ -92,18 +97,21 @@ class _CountingRefusals(Environment):
 
 
 def play_references(tasks: Sequence[Task], environment: Environment) -> References:
-    """Each task's reference episode in (a copy of) `environment`, in task order; no-call tasks are left out."""
+    """Each task's reference episode in (a copy of) `environment`, in task order, sorted by how it went."""
     references = References()
     for task in tasks:
-        if not task.expected_calls:
-            continue
         demonstration = play_reference(task, environment)
-        (references.broken if demonstration.failure else references.played).append(demonstration)
+        if demonstration.failure:
+            references.broken.append(demonstration)
+        elif not task.expected_calls and not demonstration.passed:
+            references.unreferenced.append(demonstration)
+        else:
+            references.played.append(demonstration)
     return references
 
 
 def play_reference(task: Task, environment: Environment) -> Demonstration:
-    """One reference episode: every reference call, one a turn, then the closing answer."""
+    """One reference episode: every reference call (if any), one a turn, then the closing answer."""
     answers = [format_tool_calls([call]) for call in reference_calls(task)] + [CLOSING_TEXT]
     script = iter(answers)
     counting = _CountingRefusals(environment.spawn())

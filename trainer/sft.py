@@ -87,6 +87,9 @@ def reference_episodes(setup: training.Setup[SftConfig]) -> References:
         raise SpecError(f"no reference episode could be played{reason}")
     for broken in references.broken:
         events.emit(LogEvent(f"reference episode of {broken.task.id} is not trained on: {broken.failure}", "warning"))
+    if references.unreferenced:
+        events.emit(LogEvent(f"{len(references.unreferenced)} task(s) have no reference calls and an expected end "
+                             "state that answering alone does not reach; they are not trained on", "warning"))
     if references.refused_calls:
         events.emit(LogEvent(f"the environment refused {references.refused_calls} reference call(s); they are "
                              "trained on as the reference makes them", "warning"))

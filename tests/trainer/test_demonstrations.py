@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.trainer.tiny_model import REPO_ROOT, TINY_MODEL
-from trainer.contracts import ExpectedCall, Task
+from trainer.contracts import EpisodeSetup, ExpectedCall, Task
 from trainer.demonstrations import episode_example, play_reference, play_references
 from trainer.environments import make_environment
 from trainer.examples.orders import OrderDesk
@@ -88,15 +88,36 @@ def test_a_refused_reference_call_is_still_played_and_counted(desk):
     assert [turn["role"] for turn in played.turns].count("assistant") == 5
 
 
-def test_tasks_without_a_call_are_not_played_and_a_broken_environment_keeps_its_episode_out(desk):
-    nothing = Task(id="n", messages=[{"role": "user", "content": "hi"}], tools=[], expected_calls=[],
-                   no_call_expected=True)
+def test_a_task_without_a_call_is_played_as_the_answer_alone_and_trained_on(desk, tokenizer):
+    nothing = Task(id="n", messages=[{"role": "user", "content": "Is the desk open today?"}], tools=looked_up().tools,
+                   expected_calls=[], no_call_expected=True)
+    references = play_references([nothing], desk)
+    assert [played.task.id for played in references.played] == ["n"] and references.played[0].passed
+    assert [turn["role"] for turn in references.played[0].turns] == ["assistant"]
+    example = episode_example(references.played[0], tokenizer)
+    assert masked_text(example, tokenizer, 1) == CLOSING_TEXT + "<|im_end|>"
+    assert "<tool_call>" not in tokenizer.decode(example["input_ids"]).split("Is the desk open today?")[1]
 
+
+def test_a_task_without_reference_calls_whose_end_state_the_answer_misses_is_not_trained_on(desk):
+    judged_by_state = Task(id="s", messages=[{"role": "user", "content": "Refund Ana's lamp."}], tools=[],
+                           expected_calls=[], episode=EpisodeSetup(expected_state={"A-1001": "refunded"}))
+
+    class StateJudged(OrderDesk):
+        def judge(self):
+            return dataclasses.replace(super().judge(), passed=False, reason="A-1001 is not refunded")
+
+    references = play_references([judged_by_state, looked_up()], StateJudged())
+    assert [demonstration.task.id for demonstration in references.unreferenced] == ["s"]
+    assert [demonstration.task.id for demonstration in references.played] == [looked_up().id]
+
+
+def test_a_broken_environment_keeps_its_episode_out(desk):
     class Broken(OrderDesk):
         def step(self, call):
             raise RuntimeError("the desk is down")
 
-    references = play_references([nothing, looked_up()], Broken())
+    references = play_references([looked_up()], Broken())
     assert references.played == [] and [broken.task.id for broken in references.broken] == [looked_up().id]
     assert "RuntimeError: the desk is down" in references.broken[0].failure
 
