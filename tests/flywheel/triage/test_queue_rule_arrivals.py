@@ -266,7 +266,8 @@ def test_a_worker_files_an_api_trajectory_and_later_feedback_into_their_queues(c
     assert items(by_bucket) == {"live-1": "bad args"} and items(by_thumb) == {}
     trajectory = Trajectory.objects.get(external_id="live-1")
     url = reverse("ingest:api_feedback", args=[trajectory.pk])
-    assert client.post(url, json.dumps({"value": "down"}), content_type="application/json", **headers).status_code == 201
+    feedback = client.post(url, json.dumps({"value": "down"}), content_type="application/json", **headers)
+    assert feedback.status_code == 201
     wait_for(lambda: QueueItem.objects.filter(queue=by_thumb).exists())
     assert items(by_thumb) == {"live-1": "down"}
     assert members(by_bucket, owner) == members(by_thumb, owner) == {"live-1"}

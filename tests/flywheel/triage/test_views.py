@@ -263,8 +263,8 @@ def test_two_rules_of_one_name_are_refused_on_top_of_the_rules(client, reviewer,
 def test_editing_changes_or_deletes_rules_and_a_post_without_rule_fields_keeps_them(client, reviewer, queue):
     client.force_login(reviewer)
     url = reverse("triage:queue_edit", args=[queue.pk])
-    client.post(url, {"name": "failures", "outcome": "failure",
-                      **rule_fields({"name": "a", "outcome": "failure"}, {"name": "b", "thumbs_down": "on"})})  # fmt: skip
+    two = rule_fields({"name": "a", "outcome": "failure"}, {"name": "b", "thumbs_down": "on"})
+    client.post(url, {"name": "failures", "outcome": "failure", **two})
     queue.refresh_from_db()
     assert [rule["name"] for rule in queue.rules] == ["a", "b"]
     client.post(url, {"name": "failures", "outcome": "failure"})  # an older client: no rule fields at all
