@@ -49,7 +49,7 @@ from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajecto
 from flywheel.ingest.prefetch import ahead
 from flywheel.ingest.reader import FileProblem, RawRecord, ReadLimits, read_records
 from flywheel.ingest.redaction import Redactor
-from flywheel.ingest.signals import trajectories_stored
+from flywheel.ingest.signals import feedback_received, trajectories_stored
 
 logger = logging.getLogger(__name__)
 SEARCH_TEXT_CHARS = 20_000
@@ -737,4 +737,8 @@ def feedback_add(*, trajectory: Trajectory, value: Any, comment: Any = "", end_u
                         sent_by=sent_by)  # fmt: skip
     feedback.full_clean()
     feedback.save()
+    # As for stored trajectories: listeners (triage's queue rules) learn of it once it is committed, and
+    # a failing one never fails the feedback.
+    announce = partial(feedback_received.send, sender=Feedback, trajectory_ids=[trajectory.pk])
+    transaction.on_commit(announce, robust=True)
     return feedback

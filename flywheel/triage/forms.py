@@ -12,7 +12,9 @@ from django.forms import BoundField
 
 from flywheel.core.roles import Perm
 from flywheel.ingest.forms import TrajectoryFilterForm
+from flywheel.ingest.models import Outcome
 from flywheel.triage.models import Bucket, Queue, ReviewState
+from flywheel.triage.queue_rules import NegativeFeedback, QueueRule, rules_json, rules_parse
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import BucketChoice
 from flywheel.triage.suggestions import NEEDS_REVIEW
@@ -52,7 +54,11 @@ def _reviewers() -> Any:
 
 
 class QueueForm(TriageFilterForm):
-    """A queue: its name, reviewers, and the filter that picks its trajectories (review state aside)."""
+    """A queue: its name, reviewers, and the filter that picks its trajectories (review state aside).
+
+    Its rules are a formset beside it (`queue_rule_formset`); a queue needs a filter or a rule,
+    which the view checks with both in hand (`needs_filter_or_rule`).
+    """
 
     name = forms.CharField(max_length=100)
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
@@ -72,6 +78,11 @@ class QueueForm(TriageFilterForm):
     def filter_fields(self) -> list[BoundField]:
         return [self[name] for name in self.fields if name not in ("name", "description", "reviewers")]
 
+    def needs_filter_or_rule(self, rules: list[QueueRule]) -> None:
+        """A queue with neither would never gather anything but what is added by hand: say so."""
+        if self.triage_filters().is_empty() and not rules:
+            self.add_error(None, "Choose at least one filter or rule, or add trajectories by hand from the list.")
+
     @classmethod
     def initial_for(cls, queue: Queue) -> dict[str, Any]:
         """The form's fields from a stored queue (its filter JSON uses the selectors' names)."""
@@ -82,11 +93,74 @@ class QueueForm(TriageFilterForm):
             data[renamed.get(key, key)] = str(value).lower() if key == "has_error" else value
         return data
 
+
+class QueueRuleForm(forms.Form):
+    """One queue rule: a name and its conditions, all of which must hold; left blank, no rule."""
+
+    name = forms.CharField(max_length=100, required=False)
+    outcome = forms.ChoiceField(required=False, choices=[("", "any"), *Outcome.choices])
+    model_version = forms.CharField(
+        max_length=100, required=False, label="Version", help_text="A tag, or a glob such as support-bot:v3*"
+    )
+    suggested_bucket = forms.MultipleChoiceField(required=False, label="Suggested bucket, any of")
+    thumbs_down = forms.BooleanField(required=False, label="A thumbs down")
+    score_below = forms.FloatField(required=False, label="Or a score below")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        bucket = cast(forms.MultipleChoiceField, self.fields["suggested_bucket"])
+        bucket.choices = [*Bucket.objects.values_list("slug", "name"), (NEEDS_REVIEW, "needs review")]
+        bucket.widget.attrs["size"] = 4
+
+    def rule_json(self) -> dict[str, Any]:
+        """The rule as `queue_rules` reads it, from the fields that are set."""
+        data = self.cleaned_data
+        rule: dict[str, Any] = {"name": data.get("name") or ""}
+        for kind in ("outcome", "model_version", "suggested_bucket"):
+            if data.get(kind):
+                rule[kind] = data[kind]
+        if data.get("thumbs_down") or data.get("score_below") is not None:
+            rule["negative_feedback"] = {"thumbs_down": bool(data.get("thumbs_down")),
+                                         "score_below": data.get("score_below")}  # fmt: skip
+        return rule
+
     def clean(self) -> dict[str, Any]:
         super().clean()
-        if not self.errors and self.triage_filters().is_empty():
-            raise forms.ValidationError("Choose at least one filter, or add trajectories by hand from the list.")
+        if self.errors or self.cleaned_data.get("DELETE") or self.rule_json() == {"name": ""}:
+            return self.cleaned_data
+        try:
+            self.cleaned_data["rule"] = QueueRule.from_json(self.rule_json())
+        except forms.ValidationError as error:
+            raise forms.ValidationError(error.messages) from error
         return self.cleaned_data
+
+    @staticmethod
+    def initial_for(rule: QueueRule) -> dict[str, Any]:
+        data = rule.to_json()
+        data.update(data.pop(NegativeFeedback.KIND, {}))  # its thumbs_down and score_below are fields here
+        return data
+
+
+class BaseQueueRuleFormSet(forms.BaseFormSet):  # type: ignore[type-arg]
+    def rules(self) -> list[QueueRule]:
+        return [form.cleaned_data["rule"] for form in self.forms if "rule" in getattr(form, "cleaned_data", {})]
+
+    def clean(self) -> None:
+        super().clean()
+        if not any(form.errors for form in self.forms):
+            rules_parse(rules_json(self.rules()))  # names unique, not too many: a ValidationError shows on top
+
+
+QueueRuleFormSet = forms.formset_factory(QueueRuleForm, formset=BaseQueueRuleFormSet, extra=1, can_delete=True)
+RULES_PREFIX = "rules"
+
+
+def queue_rule_formset(data: Any, queue: Queue | None) -> BaseQueueRuleFormSet:
+    """The rules part of the queue page; bound only where the post carries it (a post without rule fields
+    leaves the queue's rules as they are)."""
+    initial = [QueueRuleForm.initial_for(rule) for rule in rules_parse(queue.rules)] if queue else []
+    bound = data is not None and f"{RULES_PREFIX}-TOTAL_FORMS" in data
+    return cast(BaseQueueRuleFormSet, QueueRuleFormSet(data if bound else None, initial=initial, prefix=RULES_PREFIX))
 
 
 class ReviewForm(forms.Form):

@@ -113,12 +113,14 @@ class Suggestion(models.Model):
 
 
 class Queue(TimestampedModel):
-    """A saved filter (plus trajectories added by hand) that assigned reviewers work through."""
+    """A saved filter, plus trajectories its rules or a person added, that assigned reviewers work through."""
 
     name = models.CharField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     # `selectors.TriageFilters` as JSON; an empty filter matches nothing, so a queue can be hand-picked only.
     filters = models.JSONField(default=dict, blank=True)
+    # `queue_rules.rules_parse`'s JSON: arriving trajectories any rule matches join as items (source "rule").
+    rules = models.JSONField(default=list, blank=True)
     reviewers = models.ManyToManyField(
         settings.AUTH_USER_MODEL, blank=True, related_name="triage_queues", help_text="Nobody: open to every reviewer."
     )
@@ -134,14 +136,30 @@ class Queue(TimestampedModel):
 
 
 class QueueItem(models.Model):
-    """A trajectory added to a queue by hand (bulk action), on top of those its filter matches."""
+    """A trajectory added to a queue by hand or by a rule, on top of those its filter matches; or one removed.
+
+    A removed item stays as a tombstone (`removed_at`): the unique pair keeps rules from adding the
+    trajectory again, and the queue's members exclude it even where its filter matches. Removing a
+    trajectory that only the filter matched leaves a tombstone of source "filter".
+    """
+
+    class Source(models.TextChoices):
+        HAND = "hand", "Added by hand"
+        RULE = "rule", "Added by a rule"
+        FILTER = "filter", "Matched the filter"
 
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="items")
     trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="+")
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.HAND)
+    rule = models.CharField(max_length=100, blank=True, help_text="The rule's name, for an item a rule added.")
     added_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     added_at = models.DateTimeField(auto_now_add=True)
+    removed_at = models.DateTimeField(null=True, blank=True)
+    removed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["queue", "trajectory"], name="queue_item_unique")]

@@ -1,7 +1,8 @@
 """Reads of the triage app: filtered trajectory lists, queue members and progress, the review page.
 
 The trajectory filters are the ingest app's (`trajectory_queryset`) plus bucket, suggested
-bucket and review state. Writes, claims included, are in `services.py`.
+bucket and review state. A queue's members are those its filter matches and its items (added by
+hand or by a rule), less the items a reviewer removed. Writes, claims included, are in `services.py`.
 
 Every read takes the viewer: trajectories keep to the agents they may see, and a queue whose
 filter names an agent they may not see is not theirs to see (its contents would be empty and its
@@ -10,18 +11,19 @@ name would tell of the agent). Queues are edited by their owner or an admin (`qu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import date
 from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import BooleanField, Count, Exists, Min, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.utils import timezone
 
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agents_filter, sees_all_agents, visible_agents
-from flywheel.ingest.models import Step, Trajectory
+from flywheel.ingest.models import Feedback, Step, Trajectory
 from flywheel.ingest.selectors import Cursor, TrajectoryFilters, keyset_page, trajectory_queryset
 from flywheel.triage.models import (
     AgentPolicy,
@@ -33,6 +35,7 @@ from flywheel.triage.models import (
     ReviewState,
     Suggestion,
 )
+from flywheel.triage.queue_rules import QueueRule, TrajectoryFacts, rules_parse
 from flywheel.triage.suggestions import NEEDS_REVIEW
 
 _DATE_FIELDS = ("since", "until")
@@ -156,15 +159,103 @@ def queue_may_edit(queue: Queue, user: User) -> bool:
     return user.has_perm(Perm.MANAGE) or (queue.created_by_id is not None and queue.created_by_id == user.pk)
 
 
+def queue_rules(queue: Queue) -> list[QueueRule]:
+    return rules_parse(queue.rules)
+
+
+def queue_may_remove(queue: Queue, user: User) -> bool:
+    """Who works a queue or edits it may take an item out of it for good."""
+    return queue_may_edit(queue, user) or queue_may_review(queue, user)
+
+
 def queue_members(queue: Queue, *, viewer: User) -> QuerySet[Trajectory]:
-    """The trajectories its filter matches (an empty filter matches none) and those added by hand,
-    of the agents `viewer` may see."""
-    by_hand = Q(pk__in=QueueItem.objects.filter(queue=queue).values("trajectory_id"))
+    """The trajectories its filter matches (an empty filter matches none) and its items (added by hand or by
+    a rule), less the items removed, of the agents `viewer` may see."""
+    items = QueueItem.objects.filter(queue=queue)
+    added = Q(pk__in=items.filter(removed_at__isnull=True).values("trajectory_id"))
+    removed = Q(pk__in=items.filter(removed_at__isnull=False).values("trajectory_id"))
     filters = queue_filters(queue)
     visible = Trajectory.objects.filter(agents_filter(viewer))
     if filters.is_empty():
-        return visible.filter(by_hand)
-    return visible.filter(Q(pk__in=triage_queryset(filters, viewer=viewer).values("pk")) | by_hand)
+        return visible.filter(added)
+    return visible.filter(Q(pk__in=triage_queryset(filters, viewer=viewer).values("pk")) | added).exclude(removed)
+
+
+def queue_rule_facts(trajectory_ids: Sequence[UUID | str]) -> dict[UUID, TrajectoryFacts]:
+    """What queue rules read about these trajectories, in four queries; gone ids are left out.
+
+    The system's read for `services.queue_rules_apply`, of every agent: it takes no viewer, and
+    what it returns never reaches a page.
+    """
+    rows = Trajectory.objects.filter(pk__in=trajectory_ids).values_list("pk", "agent__name", "outcome", "model_version")
+    suggested: dict[UUID, set[str]] = {}
+    for trajectory_id, slug, rule in Suggestion.objects.filter(trajectory_id__in=trajectory_ids).values_list(
+        "trajectory_id", "bucket__slug", "rule"
+    ):
+        suggested.setdefault(trajectory_id, set()).add(NEEDS_REVIEW if rule == NEEDS_REVIEW else slug or "")
+    feedback = {
+        row["trajectory_id"]: (row["downs"] > 0, row["lowest"])
+        for row in Feedback.objects.filter(trajectory_id__in=trajectory_ids)
+        .values("trajectory_id")
+        .annotate(downs=Count("pk", filter=Q(thumb=Feedback.Thumb.DOWN)), lowest=Min("score"))
+    }
+    return {
+        pk: TrajectoryFacts(agent, outcome, version, frozenset(suggested.get(pk, ())), *feedback.get(pk, (False, None)))
+        for pk, agent, outcome, version in rows
+    }
+
+
+@dataclass(frozen=True)
+class QueueMember:
+    """A member of a queue as its page lists it, with why it is there."""
+
+    trajectory: Trajectory
+    source: str  # its item's QueueItem.Source (hand or rule); "" when only the filter brought it
+    rule: str
+    added_by: str
+    by_filter: bool
+
+    @property
+    def reasons(self) -> list[str]:
+        found = []
+        if self.source == QueueItem.Source.RULE:
+            found.append(f"rule “{self.rule}”")
+        elif self.source == QueueItem.Source.HAND:
+            found.append(f"added by hand{f' by {self.added_by}' if self.added_by else ''}")
+        if self.by_filter:
+            found.append("matches the filter")
+        return found
+
+
+def _queue_member_rows(queue: Queue, rows: QuerySet[Trajectory], *, viewer: User) -> list[QueueMember]:
+    item = QueueItem.objects.filter(queue=queue, trajectory=OuterRef("pk"), removed_at__isnull=True)
+    filters = queue_filters(queue)
+    matches = (
+        Exists(triage_queryset(filters, viewer=viewer).filter(pk=OuterRef("pk")))
+        if not filters.is_empty()
+        else Value(False, output_field=BooleanField())
+    )
+    annotated = rows.annotate(
+        item_source=Subquery(item.values("source")[:1]),
+        item_rule=Subquery(item.values("rule")[:1]),
+        item_added_by=Subquery(item.values("added_by__username")[:1]),
+        by_filter=matches,
+    )
+    return [
+        QueueMember(row, row.item_source or "", row.item_rule or "", row.item_added_by or "", row.by_filter)
+        for row in annotated
+    ]
+
+
+def queue_waiting_members(queue: Queue, *, viewer: User, limit: int = 50) -> list[QueueMember]:
+    """The unreviewed members, in the order `next` hands them out, each with why it is in the queue."""
+    waiting = (
+        queue_members(queue, viewer=viewer)
+        .filter(Q(review__isnull=True) | Q(review__state=ReviewState.UNREVIEWED))
+        .select_related("agent")
+        .order_by("ingested_at", "pk")[:limit]
+    )
+    return _queue_member_rows(queue, waiting, viewer=viewer)
 
 
 def queue_candidates(queue: Queue, *, viewer: User) -> QuerySet[Review]:
@@ -266,9 +357,9 @@ def queue_list(*, viewer: User) -> list[tuple[Queue, QueueProgress]]:
     return [(queue, queue_progress(queue, viewer=viewer)) for queue in queues]
 
 
-def queue_recent_members(queue: Queue, *, viewer: User, limit: int = 50) -> list[Trajectory]:
-    """The members most recently reviewed or skipped, newest first, for the queue page."""
-    return list(
+def queue_recent_members(queue: Queue, *, viewer: User, limit: int = 50) -> list[QueueMember]:
+    """The members most recently reviewed or skipped, newest first, for the queue page, with why each is there."""
+    recent = (
         queue_members(queue, viewer=viewer)
         .exclude(review__state=ReviewState.UNREVIEWED)
         .filter(review__isnull=False)
@@ -276,6 +367,7 @@ def queue_recent_members(queue: Queue, *, viewer: User, limit: int = 50) -> list
         .prefetch_related(Prefetch("bucket_assignments", queryset=BucketAssignment.objects.select_related("bucket")))
         .order_by("-review__updated_at")[:limit]
     )
+    return _queue_member_rows(queue, recent, viewer=viewer)
 
 
 # --- the review page -----------------------------------------------------------------------

@@ -1,14 +1,19 @@
-"""Writes of the triage app: suggestions, reviews, bucket assignments, queues and their claims, buckets, policies.
+"""Writes of the triage app: suggestions, reviews, bucket assignments, queues and their claims and rules,
+buckets, policies.
 
-Every change a person makes is recorded in the audit log. Two writes are not: suggestions
-computed for freshly ingested trajectories (the system's, recomputable at will) and claims
-(a lease on a queue item that expires by itself). Claims use `SELECT ... FOR UPDATE SKIP
-LOCKED` on PostgreSQL and a conditional UPDATE elsewhere, so two reviewers never get the same
-trajectory.
+Every change a person makes is recorded in the audit log. Three writes are not: suggestions
+computed for freshly ingested trajectories (the system's, recomputable at will), items that a
+queue's rules added (each records its rule) and claims (a lease on a queue item that expires by
+itself). Arriving trajectories are suggested for first and then offered to the queues' rules, in
+one task, since a rule may read the suggestions; arriving feedback is offered to the rules again.
+
+Claims use `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL and a conditional UPDATE elsewhere,
+so two reviewers never get the same trajectory.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -38,11 +43,13 @@ from flywheel.triage.models import (
     ReviewState,
     Suggestion,
 )
+from flywheel.triage.queue_rules import QueueRule, SuggestedBucket, first_match, rules_json, rules_parse
 from flywheel.triage.selectors import agent_policy_json
-from flywheel.triage.suggestions import StepFacts, TraceFacts, suggest
+from flywheel.triage.suggestions import NEEDS_REVIEW, StepFacts, TraceFacts, suggest
 from trainer.contracts import ContractError
 from trainer.verifiers.safety import SafetyPolicy
 
+logger = logging.getLogger(__name__)
 CLAIM_TTL = timedelta(minutes=15)
 LOCK_TIMEOUT = "2s"  # how long a claim waits for a lock other than a row's (skipped) before giving up
 CLAIM_ATTEMPTS = 20
@@ -66,22 +73,32 @@ def _chunks(ids: Iterable[UUID | str], size: int = CHUNK) -> Iterator[list[UUID 
 
 
 def on_trajectories_stored(sender: object, trajectory_ids: list[UUID], **kwargs: Any) -> None:
-    """`ingest.signals.trajectories_stored` receiver (connected in `TriageConfig.ready`): suggest for them."""
+    """`ingest.signals.trajectories_stored` receiver (connected in `TriageConfig.ready`): suggest for them,
+    then let the queues' rules take them in."""
     suggestions_schedule(trajectory_ids=trajectory_ids)
 
 
 def suggestions_schedule(*, trajectory_ids: Iterable[UUID | None]) -> None:
-    """Suggest buckets for stored trajectories on the `default` queue, after commit (at once outside one).
+    """Suggest buckets for stored trajectories, then apply queue rules, on the `default` queue after commit
+    (at once outside one).
 
     Computing in the background keeps ingest throughput as it was. It never fails an ingest:
     when the broker cannot be reached the error is logged and `manage.py suggest_buckets`
-    catches the trajectories up later. None entries (results without an id) are skipped.
+    catches the suggestions up later (not the queue rules: they take in what arrives). None
+    entries (results without an id) are skipped.
     """
     from flywheel.triage.tasks import compute_suggestions
 
     ids = [str(trajectory_id) for trajectory_id in trajectory_ids if trajectory_id is not None]
     if ids:
         transaction.on_commit(lambda: compute_suggestions.delay(ids), robust=True)
+
+
+def trajectories_triage(*, trajectory_ids: Sequence[UUID | str]) -> int:
+    """What freshly stored trajectories go through: suggestions first, since a queue rule may read them,
+    then the queues' rules. Returns how many queue items were added; safe to run twice."""
+    suggestions_compute(trajectory_ids=trajectory_ids)
+    return queue_rules_apply(trajectory_ids=trajectory_ids)
 
 
 def suggestions_compute(*, trajectory_ids: Iterable[UUID | str]) -> int:
@@ -318,8 +335,21 @@ def _claim_conditional(candidates: QuerySet[Review], reviewer: User) -> Review |
     return None
 
 
-def _queue_save(*, queue: Queue, filters: selectors.TriageFilters, reviewers: Sequence[User]) -> None:
+def _rules_check(rules: Sequence[QueueRule]) -> None:
+    """The buckets the rules name exist (rules_parse checked the rest)."""
+    named = {slug for rule in rules if isinstance(c := rule.condition(SuggestedBucket.KIND), SuggestedBucket)
+             for slug in c.buckets}  # fmt: skip
+    unknown = sorted(named - {NEEDS_REVIEW} - set(Bucket.objects.filter(slug__in=named).values_list("slug", flat=True)))
+    if unknown:
+        raise ValidationError(f"a rule names no bucket there is: {unknown[0]!r}")
+
+
+def _queue_save(
+    *, queue: Queue, filters: selectors.TriageFilters, reviewers: Sequence[User], rules: Sequence[QueueRule]
+) -> None:
+    _rules_check(rules)
     queue.filters = filters.to_json()
+    queue.rules = rules_json(rules)
     queue.full_clean()
     queue.save()
     queue.reviewers.set(reviewers)
@@ -333,9 +363,11 @@ def queue_create(
     filters: selectors.TriageFilters,
     reviewers: Sequence[User] = (),
     description: str = "",
+    rules: Sequence[QueueRule] = (),
 ) -> Queue:
+    """A queue; its rules take in trajectories that arrive from now on (nothing stored before is added)."""
     queue = Queue(name=name, description=description, created_by=actor)
-    _queue_save(queue=queue, filters=filters, reviewers=reviewers)
+    _queue_save(queue=queue, filters=filters, reviewers=reviewers, rules=rules)
     audit_record(actor=actor, action="queue.create", target=queue, data=_queue_data(queue))
     return queue
 
@@ -349,28 +381,143 @@ def queue_update(
     filters: selectors.TriageFilters,
     reviewers: Sequence[User],
     description: str = "",
+    rules: Sequence[QueueRule] = (),
 ) -> Queue:
+    """Change a queue; items its earlier rules added stay, and changed rules apply to arrivals from now on."""
     queue.name, queue.description = name, description
-    _queue_save(queue=queue, filters=filters, reviewers=reviewers)
+    _queue_save(queue=queue, filters=filters, reviewers=reviewers, rules=rules)
     audit_record(actor=actor, action="queue.update", target=queue, data=_queue_data(queue))
     return queue
 
 
 def _queue_data(queue: Queue) -> dict[str, Any]:
-    return {"filters": queue.filters, "reviewers": sorted(queue.reviewers.values_list("username", flat=True))}
+    reviewers = sorted(queue.reviewers.values_list("username", flat=True))
+    return {"filters": queue.filters, "rules": queue.rules, "reviewers": reviewers}
 
 
 @transaction.atomic
 def queue_items_add(*, actor: User, queue: Queue, trajectory_ids: Sequence[UUID]) -> int:
-    """Add trajectories to a queue by hand; those already in it are left alone. Returns how many were new."""
+    """Add trajectories to a queue by hand; those already in it are left alone. Returns how many were new.
+
+    A person adding one that was removed puts it back (as hand-added): the tombstone keeps rules
+    out, not people.
+    """
     before = QueueItem.objects.filter(queue=queue).count()
+    restored = 0
     for chunk in _chunks(trajectory_ids):
         known = Trajectory.objects.filter(pk__in=chunk).values_list("pk", flat=True)
         items = [QueueItem(queue=queue, trajectory_id=pk, added_by=actor) for pk in known]
         QueueItem.objects.bulk_create(items, ignore_conflicts=True)
-    added = QueueItem.objects.filter(queue=queue).count() - before
+        restored += QueueItem.objects.filter(queue=queue, trajectory_id__in=chunk, removed_at__isnull=False).update(
+            source=QueueItem.Source.HAND, rule="", added_by=actor, added_at=timezone.now(),
+            removed_at=None, removed_by=None,
+        )  # fmt: skip
+    added = QueueItem.objects.filter(queue=queue).count() - before + restored
     audit_record(actor=actor, action="queue.add_items", target=queue, data=_bulk_data(trajectory_ids, added))
     return added
+
+
+@transaction.atomic
+def queue_item_remove(*, actor: User, queue: Queue, trajectory: Trajectory) -> QueueItem:
+    """Take a trajectory out of a queue for good: its item becomes a tombstone that rules never add again
+    and that hides it from the queue even where the filter matches it. Removing it twice changes nothing.
+    """
+    item = QueueItem.objects.select_for_update().filter(queue=queue, trajectory=trajectory).first()
+    if item is not None and item.removed_at is not None:
+        return item
+    if not selectors.queue_members(queue, viewer=actor).filter(pk=trajectory.pk).exists():
+        raise ValidationError(f"{trajectory} is not in queue {queue.name}")
+    if item is None:
+        # Only the filter matched it: the tombstone is the row. A rule adding it meanwhile loses the race.
+        item, _ = QueueItem.objects.get_or_create(
+            queue=queue, trajectory=trajectory, defaults={"source": QueueItem.Source.FILTER}
+        )
+    item.removed_at, item.removed_by = timezone.now(), actor
+    item.full_clean()
+    item.save()
+    data = {"trajectory": str(trajectory.pk), "source": item.source, "rule": item.rule}
+    audit_record(actor=actor, action="queue.remove_item", target=queue, data=data)
+    return item
+
+
+# --- queue rules ---------------------------------------------------------------------------
+
+
+def on_feedback_received(sender: object, trajectory_ids: list[UUID], **kwargs: Any) -> None:
+    """`ingest.signals.feedback_received` receiver (connected in `TriageConfig.ready`): offer the
+    trajectories to the queues' rules again, since a rule on feedback may match them now."""
+    queue_rules_schedule(trajectory_ids=trajectory_ids)
+
+
+def queue_rules_schedule(*, trajectory_ids: Iterable[UUID]) -> None:
+    """Apply the queues' rules to these trajectories on the `default` queue, after commit (at once outside one).
+
+    Never fails the caller: when the broker cannot be reached the error is logged, and the rules
+    see the trajectory again when its next signal (feedback, a re-ingest) arrives.
+    """
+    from flywheel.triage.tasks import apply_queue_rules
+
+    ids = [str(trajectory_id) for trajectory_id in trajectory_ids]
+    if ids:
+        transaction.on_commit(lambda: apply_queue_rules.delay(ids), robust=True)
+
+
+@dataclass(frozen=True)
+class _RuledQueue:
+    pk: int
+    agent: str  # the agent its filter names: only that agent's trajectories join; "" for any
+    rules: list[QueueRule]
+
+
+def queue_rules_apply(*, trajectory_ids: Sequence[UUID | str]) -> int:
+    """Add the trajectories that a queue's rules match to that queue, recording the first matching rule;
+    returns how many items it added (where two runs race over one pair, both may count it).
+
+    Anyone may call it again after new signals arrive (suggestions, feedback, later an online
+    score): it is idempotent. An item already in the queue stays as it is, and one a reviewer
+    removed stays removed (its tombstone holds the queue and trajectory pair). A queue whose filter
+    names an agent takes in only that agent's trajectories. Ids of trajectories that are gone are
+    ignored.
+    """
+    queues = _queues_with_rules()
+    if not queues:
+        return 0
+    return sum(_rules_apply_chunk(queues, chunk) for chunk in _chunks(trajectory_ids))
+
+
+def _queues_with_rules() -> list[_RuledQueue]:
+    found = []
+    for pk, filters, rules in Queue.objects.order_by("pk").values_list("pk", "filters", "rules"):
+        if not rules:
+            continue
+        try:
+            parsed = rules_parse(rules)
+        except ValidationError as error:  # saved through queue_create/update, so only a hand-edited row
+            logger.warning("queue %s has rules that do not parse, skipped: %s", pk, error.messages)
+            continue
+        found.append(_RuledQueue(pk, str((filters or {}).get("agent", "")), parsed))
+    return found
+
+
+def _rules_apply_chunk(queues: list[_RuledQueue], trajectory_ids: Sequence[UUID | str]) -> int:
+    facts = selectors.queue_rule_facts(trajectory_ids)
+    taken = set(
+        QueueItem.objects.filter(queue_id__in=[queue.pk for queue in queues], trajectory_id__in=list(facts))
+        .values_list("queue_id", "trajectory_id")
+    )  # fmt: skip
+    items = []
+    for queue in queues:
+        for trajectory_id, known in facts.items():
+            if (queue.pk, trajectory_id) in taken or (queue.agent and known.agent != queue.agent):
+                continue
+            rule = first_match(queue.rules, known)
+            if rule is not None:
+                items.append(QueueItem(queue_id=queue.pk, trajectory_id=trajectory_id, source=QueueItem.Source.RULE,
+                                       rule=rule.name))  # fmt: skip
+    # Rows of known queues and trajectories with a validated rule name: nothing for full_clean to catch.
+    # A concurrent run (or a reviewer's tombstone) holding the pair wins; this one adds nothing for it.
+    QueueItem.objects.bulk_create(items, ignore_conflicts=True)
+    return len(items)
 
 
 # --- bulk actions --------------------------------------------------------------------------

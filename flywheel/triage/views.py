@@ -23,8 +23,16 @@ from flywheel.core.selectors import agent_get, sees_all_agents
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.selectors import Cursor, trajectory_visible
 from flywheel.triage import selectors, services
-from flywheel.triage.forms import BulkForm, QueueForm, ReviewForm, TriageFilterForm
+from flywheel.triage.forms import (
+    BaseQueueRuleFormSet,
+    BulkForm,
+    QueueForm,
+    ReviewForm,
+    TriageFilterForm,
+    queue_rule_formset,
+)
 from flywheel.triage.models import Queue
+from flywheel.triage.queue_rules import QueueRule
 
 
 @permission_required(Perm.VIEW)
@@ -32,13 +40,30 @@ def queue_list(request: AuthedRequest) -> HttpResponse:
     return render(request, "triage/queue_list.html", {"queues": selectors.queue_list(viewer=request.user)})
 
 
-def _queue_form_page(request: AuthedRequest, form: QueueForm, queue: Queue | None) -> HttpResponse:
-    """Create or update the queue the form holds; the form again with its errors when that fails."""
-    if request.method == "POST" and form.is_valid():
+def _queue_form_valid(
+    request: AuthedRequest, form: QueueForm, rules: BaseQueueRuleFormSet, queue: Queue | None
+) -> bool:
+    """Both parts valid (each shows its own errors), the filter's agent one of the user's, a filter or a rule."""
+    valid = form.is_valid() & (not rules.is_bound or rules.is_valid())
+    if valid:
         agent_name = form.triage_filters().base.agent
         if agent_name and not sees_all_agents(request.user) and agent_get(viewer=request.user, name=agent_name) is None:
             form.add_error(None, f"agent {agent_name!r}: not an agent you are a member of")
-    if request.method == "POST" and form.is_valid():
+        form.needs_filter_or_rule(_posted_rules(rules, queue))
+    return valid and form.is_valid()
+
+
+def _posted_rules(rules: BaseQueueRuleFormSet, queue: Queue | None) -> list[QueueRule]:
+    if rules.is_bound:
+        return rules.rules()
+    return selectors.queue_rules(queue) if queue else []
+
+
+def _queue_form_page(
+    request: AuthedRequest, form: QueueForm, rules: BaseQueueRuleFormSet, queue: Queue | None
+) -> HttpResponse:
+    """Create or update the queue the forms hold; the forms again with their errors when that fails."""
+    if request.method == "POST" and _queue_form_valid(request, form, rules, queue):
         data = form.cleaned_data
         fields = {
             "actor": request.user,
@@ -46,6 +71,7 @@ def _queue_form_page(request: AuthedRequest, form: QueueForm, queue: Queue | Non
             "description": data["description"],
             "filters": form.triage_filters(),
             "reviewers": list(data["reviewers"]),
+            "rules": _posted_rules(rules, queue),
         }
         try:
             saved = services.queue_update(queue=queue, **fields) if queue else services.queue_create(**fields)
@@ -53,12 +79,13 @@ def _queue_form_page(request: AuthedRequest, form: QueueForm, queue: Queue | Non
             form.add_error(None, exc)
         else:
             return redirect("triage:queue_detail", queue_id=saved.pk)
-    return render(request, "triage/queue_form.html", {"form": form, "queue": queue})
+    return render(request, "triage/queue_form.html", {"form": form, "rules": rules, "queue": queue})
 
 
 @permission_required(Perm.TRIAGE)
 def queue_new(request: AuthedRequest) -> HttpResponse:
-    return _queue_form_page(request, QueueForm(request.POST or None, initial=request.GET.dict()), None)
+    form = QueueForm(request.POST or None, initial=request.GET.dict())
+    return _queue_form_page(request, form, queue_rule_formset(request.POST or None, None), None)
 
 
 def _queue(request: AuthedRequest, queue_id: int) -> Queue:
@@ -74,7 +101,8 @@ def queue_edit(request: AuthedRequest, queue_id: int) -> HttpResponse:
     queue = _queue(request, queue_id)
     if not selectors.queue_may_edit(queue, request.user):
         raise PermissionDenied("only the queue's owner or an admin edits it")
-    return _queue_form_page(request, QueueForm(request.POST or None, initial=QueueForm.initial_for(queue)), queue)
+    form = QueueForm(request.POST or None, initial=QueueForm.initial_for(queue))
+    return _queue_form_page(request, form, queue_rule_formset(request.POST or None, queue), queue)
 
 
 @permission_required(Perm.VIEW)
@@ -84,12 +112,32 @@ def queue_detail(request: AuthedRequest, queue_id: int) -> HttpResponse:
         "queue": queue,
         "progress": selectors.queue_progress(queue, viewer=request.user),
         "reviewers": selectors.queue_reviewer_progress(queue, viewer=request.user),
+        "waiting": selectors.queue_waiting_members(queue, viewer=request.user),
         "recent": selectors.queue_recent_members(queue, viewer=request.user),
         "may_review": selectors.queue_may_review(queue, request.user),
         "may_edit": selectors.queue_may_edit(queue, request.user),
+        "may_remove": selectors.queue_may_remove(queue, request.user),
         "filters": selectors.queue_filters(queue).to_json(),
+        "rules": selectors.queue_rules(queue),
     }
     return render(request, "triage/queue_detail.html", context)
+
+
+@permission_required(Perm.TRIAGE)
+@require_POST
+def queue_item_remove(request: AuthedRequest, queue_id: int, trajectory_id: UUID) -> HttpResponse:
+    """Take a trajectory out of the queue for good (its reviewers or editors); rules never add it back."""
+    queue = _queue(request, queue_id)
+    trajectory = get_object_or_404(trajectory_visible(viewer=request.user), pk=trajectory_id)
+    if not selectors.queue_may_remove(queue, request.user):
+        raise PermissionDenied("only the queue's reviewers, its owner or an admin take items out of it")
+    try:
+        services.queue_item_remove(actor=request.user, queue=queue, trajectory=trajectory)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"{trajectory} removed from {queue.name}; its rules will not add it again.")
+    return redirect("triage:queue_detail", queue_id=queue.pk)
 
 
 def _review_url(trajectory: Trajectory, queue: Queue | None) -> str:

@@ -100,3 +100,36 @@ def test_the_queue_page_offers_edit_to_its_owner_only(client, make_user, owner, 
         client.force_login(user)
         pages[user] = client.get(reverse("triage:queue_detail", args=[queue.pk])).content.decode()
     assert [edit in page for page in pages.values()] == [True, False]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("who", "status"),
+    [("queue reviewer", 302), ("owner", 302), ("admin", 302), ("other reviewer", 403), ("viewer", 403)],
+)
+def test_the_queues_reviewers_its_owner_or_an_admin_remove_an_item_and_nobody_else(
+    client, make_user, owner, queue, who, status
+):
+    """`queue` is given to its owner only, so another reviewer neither works nor edits it."""
+    trajectory = _store("alpha")["alpha"]
+    services.queue_items_add(actor=owner, queue=queue, trajectory_ids=[trajectory.pk])
+    queue_reviewer = make_user(Role.REVIEWER)
+    queue.reviewers.add(queue_reviewer)
+    users = {"queue reviewer": queue_reviewer, "owner": owner, "admin": make_user(Role.ADMIN),
+             "other reviewer": make_user(Role.REVIEWER), "viewer": make_user(Role.VIEWER)}  # fmt: skip
+    client.force_login(users[who])
+    response = client.post(reverse("triage:queue_item_remove", args=[queue.pk, trajectory.pk]))
+    assert response.status_code == status
+    assert (QueueItem.objects.get(queue=queue).removed_at is not None) == (status == 302)
+
+
+@pytest.mark.django_db
+def test_an_outsider_cannot_remove_another_agents_trajectory_from_an_open_queue(client, make_user, owner):
+    stored = _store("alpha")
+    open_queue = services.queue_create(actor=owner, name="open", filters=selectors.TriageFilters())
+    services.queue_items_add(actor=owner, queue=open_queue, trajectory_ids=[stored["alpha"].pk])
+    outsider = make_user(Role.REVIEWER, agents=[agent_create(actor=None, name="bravo")])
+    client.force_login(outsider)
+    response = client.post(reverse("triage:queue_item_remove", args=[open_queue.pk, stored["alpha"].pk]))
+    assert response.status_code == 404
+    assert QueueItem.objects.get(queue=open_queue).removed_at is None

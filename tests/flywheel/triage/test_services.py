@@ -242,7 +242,11 @@ def test_a_queue_needs_a_valid_unique_name_and_is_audited(reviewer):
     services.queue_create(actor=reviewer, name="failures", filters=FAILURES)
     with pytest.raises(ValidationError):
         services.queue_create(actor=reviewer, name="failures", filters=FAILURES)
-    assert AuditEvent.objects.get(action="queue.create").data == {"filters": {"outcome": "failure"}, "reviewers": []}
+    assert AuditEvent.objects.get(action="queue.create").data == {
+        "filters": {"outcome": "failure"},
+        "rules": [],
+        "reviewers": [],
+    }
 
 
 # --- bulk actions --------------------------------------------------------------------------

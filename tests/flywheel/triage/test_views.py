@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
 from flywheel.core.roles import Role
 from flywheel.ingest.selectors import TrajectoryFilters
-from flywheel.triage import services
+from flywheel.triage import selectors, services
 from flywheel.triage.models import BucketAssignment, Queue, QueueItem, Review, ReviewState
-from flywheel.triage.selectors import TriageFilters
+from flywheel.triage.queue_rules import rules_parse
+from flywheel.triage.selectors import TriageFilters, queue_filters
 from tests.flywheel.triage.conftest import call, result, shop_record, user
 
 pytestmark = pytest.mark.django_db
@@ -198,3 +201,108 @@ def test_a_viewer_cannot_bulk_change(client, make_user, stored):
     client.force_login(make_user(Role.VIEWER))
     assert bulk(client, action="mark_reviewed", scope="all").status_code == 403
     assert not Review.objects.filter(state=ReviewState.REVIEWED).exists()
+
+
+# --- queue rules and removal ------------------------------------------------------------------
+
+
+def rule_fields(*rules: dict, initial: int = 0) -> dict:
+    """The rules formset as the queue page posts it: one form per rule, plus an empty one."""
+    data = {"rules-TOTAL_FORMS": len(rules) + 1, "rules-INITIAL_FORMS": initial}
+    for number, rule in enumerate(rules):
+        data.update({f"rules-{number}-{key}": value for key, value in rule.items()})
+    return data
+
+
+def test_a_reviewer_makes_a_queue_of_rules_alone_and_its_page_shows_them(client, reviewer, stored):
+    client.force_login(reviewer)
+    rules = rule_fields({"name": "unhappy v3", "model_version": "shop:v3*", "thumbs_down": "on", "score_below": "0.5"},
+                        {"name": "unsafe", "suggested_bucket": ["unsafe_action", "needs-review"]})  # fmt: skip
+    response = client.post(reverse("triage:queue_new"), {"name": "by rules", **rules})
+    queue = Queue.objects.get(name="by rules")
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    assert queue.filters == {} and queue.rules == [
+        {"name": "unhappy v3", "model_version": "shop:v3*",
+         "negative_feedback": {"thumbs_down": True, "score_below": 0.5}},
+        {"name": "unsafe", "suggested_bucket": ["unsafe_action", "needs-review"]},
+    ]  # fmt: skip
+    page = client.get(reverse("triage:queue_detail", args=[queue.pk])).content.decode()
+    assert "version matches shop:v3* and feedback with a thumbs down or a score below 0.5" in page
+    assert "suggested unsafe_action or needs review" in page
+    assert "rules apply to trajectories that arrive after the rule is saved" in page
+    edit = client.get(reverse("triage:queue_edit", args=[queue.pk])).content.decode()
+    assert 'value="shop:v3*"' in edit and 'value="0.5"' in edit and 'value="unsafe"' in edit
+    assert "Rules apply to trajectories that arrive after the rule is saved" in edit
+
+
+@pytest.mark.parametrize(
+    ("rule", "error"),
+    [
+        ({"thumbs_down": "on"}, "a rule needs a name"),
+        ({"name": "nothing"}, "rule &#x27;nothing&#x27; has no condition"),
+        ({"name": "r", "score_below": "low"}, "Enter a number."),
+        ({"name": "r", "outcome": "failed"}, "Select a valid choice"),
+        ({"name": "r", "suggested_bucket": ["no_such_bucket"]}, "Select a valid choice"),
+    ],
+)
+def test_a_bad_rule_is_shown_with_its_error_and_nothing_is_saved(client, reviewer, stored, rule, error):
+    client.force_login(reviewer)
+    response = client.post(reverse("triage:queue_new"), {"name": "bad", "outcome": "failure", **rule_fields(rule)})
+    assert response.status_code == 200 and error in response.content.decode()
+    assert not Queue.objects.filter(name="bad").exists()
+
+
+def test_two_rules_of_one_name_are_refused_on_top_of_the_rules(client, reviewer, stored):
+    client.force_login(reviewer)
+    rules = rule_fields({"name": "twice", "outcome": "failure"}, {"name": "twice", "outcome": "success"})
+    response = client.post(reverse("triage:queue_new"), {"name": "bad", **rules})
+    assert response.status_code == 200 and "two rules are named &#x27;twice&#x27;" in response.content.decode()
+    assert not Queue.objects.exists()
+
+
+def test_editing_changes_or_deletes_rules_and_a_post_without_rule_fields_keeps_them(client, reviewer, queue):
+    client.force_login(reviewer)
+    url = reverse("triage:queue_edit", args=[queue.pk])
+    two = rule_fields({"name": "a", "outcome": "failure"}, {"name": "b", "thumbs_down": "on"})
+    client.post(url, {"name": "failures", "outcome": "failure", **two})
+    queue.refresh_from_db()
+    assert [rule["name"] for rule in queue.rules] == ["a", "b"]
+    client.post(url, {"name": "failures", "outcome": "failure"})  # an older client: no rule fields at all
+    queue.refresh_from_db()
+    assert [rule["name"] for rule in queue.rules] == ["a", "b"]
+    deleted = {"name": "a", "outcome": "failure", "DELETE": "on"}
+    client.post(url, {"name": "failures", "outcome": "failure",
+                      **rule_fields(deleted, {"name": "b", "thumbs_down": "on"}, initial=2)})  # fmt: skip
+    queue.refresh_from_db()
+    assert queue.rules == [{"name": "b", "negative_feedback": {"thumbs_down": True, "score_below": None}}]
+    emptied = client.post(url, {"name": "failures", **rule_fields({"name": "b", "DELETE": "on"}, initial=1)})
+    assert "Choose at least one filter or rule" in emptied.content.decode()
+
+
+def test_the_queue_page_says_why_each_item_is_there_and_offers_removal(client, make_user, reviewer, queue, stored):
+    services.queue_update(actor=reviewer, queue=queue, name=queue.name, filters=queue_filters(queue), reviewers=[],
+                          rules=rules_parse([{"name": "successes", "outcome": "success"}]))  # fmt: skip
+    services.queue_rules_apply(trajectory_ids=[stored["fine"].pk])
+    services.queue_items_add(actor=reviewer, queue=queue, trajectory_ids=[stored["first"].pk])
+    client.force_login(reviewer)
+    page = client.get(reverse("triage:queue_detail", args=[queue.pk])).content.decode()
+    why = dict(re.findall(r'>([a-z]+)</a></td>.*?<td class="reasons">(.*?)</td>', page, flags=re.DOTALL))
+    assert why == {"fine": "rule “successes”", "first": "added by hand by rita; matches the filter",
+                   "second": "matches the filter"}  # fmt: skip
+    remove = reverse("triage:queue_item_remove", args=[queue.pk, stored["second"].pk])
+    assert remove in page
+    client.force_login(make_user(Role.VIEWER))
+    assert remove not in client.get(reverse("triage:queue_detail", args=[queue.pk])).content.decode()
+
+
+def test_removing_from_the_queue_page_takes_the_item_out_for_good(client, reviewer, queue, stored):
+    client.force_login(reviewer)
+    url = reverse("triage:queue_item_remove", args=[queue.pk, stored["second"].pk])
+    response = client.post(url, follow=True)
+    assert "removed from failures" in response.content.decode()
+    assert set(selectors.queue_members(queue, viewer=reviewer)) == {stored["first"]}
+    again = client.post(url, follow=True)
+    assert again.status_code == 200 and QueueItem.objects.filter(queue=queue).count() == 1
+    outside = client.post(reverse("triage:queue_item_remove", args=[queue.pk, stored["fine"].pk]), follow=True)
+    assert "is not in queue failures" in outside.content.decode()
+    assert client.get(url).status_code == 405
