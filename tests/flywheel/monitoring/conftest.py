@@ -22,7 +22,7 @@ from flywheel.monitoring.services import RuleFields, rule_create
 from flywheel.registry import services as registry_services
 from flywheel.registry.models import ModelVersion
 from flywheel.triage.services import agent_policy_set
-from tests.flywheel.registry.conftest import TINY_MODEL, adapters, registry_dir  # noqa: F401  (shared fixtures)
+from tests.flywheel.registry.conftest import TINY_MODEL, adapters, managed_server, registry_dir  # noqa: F401  (shared fixtures)
 
 SHOP_TOOLS = [
     {"name": "refund_order", "description": "Refund an order.",

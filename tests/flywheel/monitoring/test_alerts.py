@@ -160,3 +160,14 @@ def test_the_sweep_scores_and_checks_every_live_agent(versions, store, rule, sma
     settings.DISPATCH_RESEND_SECONDS = -60  # every trajectory's own message has had its time
     assert services.monitor_sweep() == 1
     assert Alert.objects.get().rate == MonitoredRate.UNSAFE
+
+
+def test_a_version_restored_by_a_rollback_is_not_compared_with_the_one_it_replaced(
+    versions, traffic, make_user, small_samples
+):
+    v1, v2 = versions
+    traffic(v1, [SAFE_CALL], 6, outcome="failure")
+    traffic(v2, [UNSAFE_CALL], 6, outcome="success")
+    version_rollback(actor=make_user(Role.APPROVER), agent=v2.agent, reason="unsafe")
+    assert monitor_check(agent=v2.agent) == []  # v1 succeeds less than v2, yet v2 is no baseline to hold it to
+    assert not Alert.objects.exists()
