@@ -308,6 +308,9 @@ MONITOR_SCORE_SWEEP_HOURS = env_int("MONITOR_SCORE_SWEEP_HOURS", 24, minimum=1)
 MONITOR_WINDOW_DAYS = env_int("MONITOR_WINDOW_DAYS", 30, minimum=1)
 # A rate is compared only when both versions have at least this many trajectories that count for it.
 MONITOR_MIN_SAMPLES = env_int("MONITOR_MIN_SAMPLES", 30, minimum=2)
+# After scoring, an agent's regression check runs this long after the first batch asks, once for all
+# the batches meanwhile (a check aggregates the window: per batch it would cost a busy agent dearly).
+MONITOR_CHECK_DELAY_SECONDS = env_int("MONITOR_CHECK_DELAY_SECONDS", 30, minimum=0)
 # One-sided significance level of the two-proportion test that opens a regression alert.
 MONITOR_ALPHA = 0.05
 CELERY_BEAT_SCHEDULE = {

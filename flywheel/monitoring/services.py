@@ -4,7 +4,8 @@ Online scoring runs off ingest's path: `on_trajectories_stored` (connected in `M
 hands the stored ids to a task on the `default` queue after commit, and never raises into ingest.
 `scores_compute` scores each trajectory with every enabled rule of its agent that matches and samples
 it, and stores each verdict once (the unique (trajectory, scorer, rule) makes a second run add
-nothing). It then asks for a regression check of the agents it scored. `scoring_sweep` (beat)
+nothing). It then asks for a regression check of the agents it scored (at most one per agent per
+MONITOR_CHECK_DELAY_SECONDS). `scoring_sweep` (beat)
 scores recent trajectories that a lost message, a broker outage or a new rule left unscored.
 
 `monitor_check` compares the live version with its predecessor on each monitored rate and opens an
@@ -24,6 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -183,11 +185,29 @@ def scoring_sweep() -> int:
 
 
 def checks_schedule(*, agent_ids: Iterable[UUID]) -> None:
-    """Check these agents for a regression on the `default` queue, after commit."""
+    """Check these agents for a regression on the `default` queue, after commit (`check_later`)."""
+    for agent_id in sorted(set(agent_ids)):
+        transaction.on_commit(partial(check_later, agent_id=agent_id), robust=True)
+
+
+def check_later(*, agent_id: UUID) -> bool:
+    """Send the agent's check MONITOR_CHECK_DELAY_SECONDS from now, unless one is already on its way.
+
+    A check aggregates the window's trajectories of two versions: run per scoring batch, a busy agent
+    would pay that per batch. The first batch of a period sends it, delayed so it sees the batches
+    that follow; those send nothing (a cache key marks the period). A cache that fails lets it through.
+    """
     from flywheel.monitoring.tasks import check_agent
 
-    for agent_id in sorted(set(agent_ids)):
-        transaction.on_commit(partial(check_agent.delay, str(agent_id)), robust=True)
+    delay = settings.MONITOR_CHECK_DELAY_SECONDS
+    try:
+        first = delay == 0 or cache.add(f"monitoring:check:{agent_id}", True, timeout=delay)
+    except Exception:  # the cache is an optimisation here, never a reason to skip a check
+        logger.warning("the check of agent %s was not debounced: the cache failed", agent_id, exc_info=True)
+        first = True
+    if first:
+        check_agent.apply_async(args=(str(agent_id),), countdown=delay)
+    return first
 
 
 def monitor_check(*, agent: Agent) -> list[Alert]:

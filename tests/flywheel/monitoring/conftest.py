@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 
 from flywheel.core.models import Agent
 from flywheel.core.roles import Role
@@ -50,6 +51,12 @@ def shop(external_id: str, calls: list[dict[str, Any]] = (), *, outcome: str = "
     steps = [{"kind": "user", "text": "Please help with my order."}, *calls]
     return {"id": external_id, "agent": "shop", "outcome": outcome, "tools": SHOP_TOOLS, "steps": steps,
             "model_version": version, **extra}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    """The checks' debounce keys live in the (process-wide) cache: each test starts without them."""
+    cache.clear()
 
 
 @pytest.fixture

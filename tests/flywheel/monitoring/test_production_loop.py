@@ -128,7 +128,7 @@ def test_a_worse_version_in_production_is_flagged_and_rolled_back_from_the_alert
     careful, reckless = (version_register(actor=None, agent=agent, adapter_dir=taught_adapters[name],
                                           base_model=str(TINY_MODEL)) for name in ("careful", "reckless"))  # fmt: skip
     version_promote(actor=approver, version=careful, reason="first ship")
-    celery_worker_process("default", env={"MONITOR_MIN_SAMPLES": "5"})
+    celery_worker_process("default", env={"MONITOR_MIN_SAMPLES": "5", "MONITOR_CHECK_DELAY_SECONDS": "1"})
     token = api_token_create(user=make_user(Role.VIEWER), name="support-bot")[1]
     chat = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=120)
 

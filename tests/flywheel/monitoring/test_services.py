@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 from unittest import mock
 
@@ -109,12 +110,27 @@ def test_an_inferred_catalogue_gets_no_catalogue_verdict(store, make_user):
     assert set(OnlineScore.objects.values_list("scorer", flat=True)) == {"safety", "schema"}
 
 
-def test_scoring_asks_for_a_regression_check_of_the_agents_it_scored(store, rule, django_capture_on_commit_callbacks):
-    stored = store(shop("bad", [UNSAFE_CALL]))
-    with mock.patch("flywheel.monitoring.tasks.check_agent.delay") as check, \
+def test_scoring_asks_for_one_delayed_regression_check_per_agent_and_period(
+    store, rule, django_capture_on_commit_callbacks, settings
+):
+    settings.MONITOR_CHECK_DELAY_SECONDS = 30
+    stored = store(shop("bad", [UNSAFE_CALL]), shop("worse", [UNSAFE_CALL]))
+    with mock.patch("flywheel.monitoring.tasks.check_agent.apply_async") as check, \
             django_capture_on_commit_callbacks(execute=True):  # fmt: skip
         scores_compute(trajectory_ids=[stored["bad"].pk])
-    check.assert_called_once_with(str(rule.agent_id))
+        scores_compute(trajectory_ids=[stored["worse"].pk])  # a second batch within the period: no second check
+    check.assert_called_once_with(args=(str(rule.agent_id),), countdown=30)
+
+
+def test_without_a_delay_every_batch_is_checked_and_a_failing_cache_never_skips_a_check(settings):
+    agent_id = uuid.uuid4()
+    with mock.patch("flywheel.monitoring.tasks.check_agent.apply_async") as check:
+        settings.MONITOR_CHECK_DELAY_SECONDS = 0
+        assert services.check_later(agent_id=agent_id) and services.check_later(agent_id=agent_id)
+        settings.MONITOR_CHECK_DELAY_SECONDS = 30
+        with mock.patch.object(services.cache, "add", side_effect=ConnectionError("cache down")):
+            assert services.check_later(agent_id=agent_id)
+    assert check.call_count == 3
 
 
 # --- the ingest receiver ----------------------------------------------------------------------
