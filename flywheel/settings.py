@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "flywheel.datasets",
     "flywheel.training",
     "flywheel.registry",
+    "flywheel.monitoring",
     "flywheel.dashboards",
     "flywheel.rewards",
     "flywheel.demo",
@@ -298,6 +299,20 @@ DISPATCH_SWEEP_EVERY_SECONDS = env_int("DISPATCH_SWEEP_EVERY_SECONDS", 30, minim
 DISPATCH_GRACE_SECONDS = 10
 DISPATCH_RESEND_SECONDS = env_int("DISPATCH_RESEND_SECONDS", 600, minimum=10)
 DISPATCH_SWEEP_LIMIT = 500  # rows re-sent per sweep at most
+# --- Monitoring (online scoring and regression alerts) ---------------------------------------
+# Beat scores what ingest's message missed (trajectories of the last MONITOR_SCORE_SWEEP_HOURS with
+# no score for an enabled rule that samples them) and compares each live version with its predecessor.
+MONITOR_EVERY_SECONDS = env_int("MONITOR_EVERY_SECONDS", 300, minimum=1)
+MONITOR_SCORE_SWEEP_HOURS = env_int("MONITOR_SCORE_SWEEP_HOURS", 24, minimum=1)
+# The trajectories of the last MONITOR_WINDOW_DAYS make the monitor page and the versions' windows.
+MONITOR_WINDOW_DAYS = env_int("MONITOR_WINDOW_DAYS", 30, minimum=1)
+# A rate is compared only when both versions have at least this many trajectories that count for it.
+MONITOR_MIN_SAMPLES = env_int("MONITOR_MIN_SAMPLES", 30, minimum=2)
+# After scoring, an agent's regression check runs this long after the first batch asks, once for all
+# the batches meanwhile (a check aggregates the window: per batch it would cost a busy agent dearly).
+MONITOR_CHECK_DELAY_SECONDS = env_int("MONITOR_CHECK_DELAY_SECONDS", 30, minimum=0)
+# One-sided significance level of the two-proportion test that opens a regression alert.
+MONITOR_ALPHA = 0.05
 CELERY_BEAT_SCHEDULE = {
     "reap-jobs": {"task": "flywheel.training.reaper.reap_jobs", "schedule": float(JOB_REAP_EVERY_SECONDS)},
     "sweep-uploads": {
@@ -307,6 +322,10 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-served": {
         "task": "flywheel.registry.tasks.sweep_served",
         "schedule": float(DISPATCH_SWEEP_EVERY_SECONDS),
+    },
+    "monitor-agents": {
+        "task": "flywheel.monitoring.tasks.monitor_sweep",
+        "schedule": float(MONITOR_EVERY_SECONDS),
     },
 }
 

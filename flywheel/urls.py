@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("flywheel.datasets.urls")),
     path("", include("flywheel.training.urls")),
     path("", include("flywheel.registry.urls")),
+    path("monitoring/", include("flywheel.monitoring.urls")),
     path("rewards/", include("flywheel.rewards.urls")),
     path("demo/", include("flywheel.demo.urls")),
     path("", include("flywheel.core.urls")),

@@ -15,6 +15,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("Rewards", "rewards:run_list"),
     ("Jobs", "training:job_list"),
     ("Models", "registry:version_list"),
+    ("Monitoring", "monitoring:index"),
     ("Dashboards", "dashboards:index"),
 ]
 

@@ -12,6 +12,8 @@ from flywheel.core.roles import Perm
 from flywheel.dashboards import charts
 from flywheel.dashboards import selectors as dashboard_selectors
 from flywheel.ingest import selectors as ingest_selectors
+from flywheel.monitoring import selectors as monitoring_selectors
+from flywheel.monitoring.forms import AlertRollbackForm
 from flywheel.triage import selectors as triage_selectors
 
 
@@ -29,6 +31,9 @@ def home(request: AuthedRequest) -> HttpResponse:
         "bucket_chart": figure_html(charts.bucket_chart(dashboard_selectors.failures_by_bucket(viewer=viewer))),
         "roles": core_selectors.user_role_names(user=viewer),
         "recent_events": core_selectors.audit_event_list(viewer=viewer)[:10] if can_audit else None,
+        # Regression alerts: every viewer sees them; approvers get the one-click rollback (with a reason).
+        "alerts": monitoring_selectors.alerts_open(viewer=viewer),
+        "rollback_form": AlertRollbackForm() if viewer.has_perm(Perm.APPROVE_VERSIONS) else None,
     }
     return render(request, "dashboards/home.html", context)
 

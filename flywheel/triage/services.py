@@ -155,7 +155,7 @@ def _suggest_chunk(trajectory_ids: Sequence[UUID | str]) -> int:
             reason=found.reason,
             step_index=found.step_index,
         )
-        for trajectory_id, facts in _trace_facts(locked).items()
+        for trajectory_id, facts in trace_facts(locked).items()
         for found in suggest(facts)
     ]
     Suggestion.objects.filter(trajectory_id__in=locked).delete()
@@ -164,7 +164,7 @@ def _suggest_chunk(trajectory_ids: Sequence[UUID | str]) -> int:
     return len(rows)
 
 
-def _trace_facts(trajectory_ids: Sequence[UUID]) -> dict[UUID, TraceFacts]:
+def trace_facts(trajectory_ids: Sequence[UUID]) -> dict[UUID, TraceFacts]:
     """What the rules read, for many trajectories in a few queries (step texts cut short)."""
     steps: dict[UUID, list[StepFacts]] = {pk: [] for pk in trajectory_ids}
     rows = (

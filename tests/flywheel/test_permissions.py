@@ -39,6 +39,8 @@ from flywheel.datasets.services import snapshot_create, tasks_import
 from flywheel.ingest.models import Trajectory, Upload
 from flywheel.ingest.selectors import TrajectoryFilters
 from flywheel.ingest.services import IngestOptions, stream_ingest, upload_create, upload_process
+from flywheel.monitoring.models import Alert, MonitoredRate
+from flywheel.monitoring.services import RuleFields, rule_create
 from flywheel.registry.models import Deployment, DeploymentAction, GateResult, GateStatus, LivePointer, ModelVersion
 from flywheel.registry.services import version_register
 from flywheel.rewards.models import OutputSource, ProfileRun
@@ -246,15 +248,21 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
     run = _profile_run(snapshot)
     token, _ = api_token_create(user=member, name="alpha-token")
     task = RegressionTask.objects.filter(agent=alpha).first()
+    rule = rule_create(actor=member, agent=alpha, fields=RuleFields(name="alpha-rule"))
+    alert = Alert.objects.create(agent=alpha, version=version, predecessor=version, rate=MonitoredRate.UNSAFE,
+                                 live_events=6, live_total=6, predecessor_events=0, predecessor_total=6,
+                                 p_value=0.0003)  # fmt: skip
     objects = {
         "trajectory_id": trajectory.pk, "upload_id": upload.pk, "queue_id": queue.pk, "task_id": task.pk,
         "snapshot_id": snapshot.pk, "format_name": "native", "job_id": job.pk, "agent_name": ALPHA, "name": ALPHA,
         "number": version.number, "gate_id": gate.pk, "run_id": run.pk, "output_id": run.outputs.first().pk,
         "token_id": token.pk, "index": 0, "sample_id": sample.pk, "external_id": trajectory.external_id,
+        "rule_id": rule.pk, "alert_id": alert.pk,
     }  # fmt: skip
     markers = {
         "agent": ALPHA, "trajectory": str(trajectory.pk), "upload": str(upload.pk), "queue": queue.name,
         "task": str(task.pk), "snapshot": str(snapshot.pk), "job": str(job.pk), "run": str(run.pk),
+        "alert": str(alert.pk),
     }  # fmt: skip
     return World(member, outsider, objects, markers)
 
@@ -310,7 +318,9 @@ def test_an_outsiders_home_page_counts_none_of_another_agents_rows(client, world
         counts[persona] = (context["trajectories"]["total"], context["triage"].unreviewed_failures,
                            context["tasks"].train, context["tasks"].snapshots, context["jobs"].last_finished,
                            len(context["live_versions"]))  # fmt: skip
-    assert counts[world.outsider] == (0, 0, 0, 0, None, 0)
+        counts[persona] += (len(context["alerts"]),)
+    assert counts[world.outsider] == (0, 0, 0, 0, None, 0, 0)
+    assert counts[world.member][6] == 1
     assert counts[world.member][:4] == (1, 1, 5, 1) and counts[world.member][4] is not None
 
 

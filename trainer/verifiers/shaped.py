@@ -142,11 +142,17 @@ def artifact_problems(task: Task, calls: Sequence[ToolCall]) -> list[str]:
         if tool is None:
             problems.append(f"unknown tool {call.name}")
         else:
-            problems.extend(_schema_problems(call, schemas[tool]))
+            problems.extend(schema_problems(call, schemas[tool]))
     return problems
 
 
-def _schema_problems(call: ToolCall, schema: Mapping[str, Any]) -> list[str]:
+def schema_problems(call: ToolCall, schema: Mapping[str, Any]) -> list[str]:
+    """Why `call` is not valid against its tool's `parameters` schema: missing required arguments,
+    arguments the schema does not define (unless it allows extras), values of the wrong JSON type.
+
+    >>> schema_problems(ToolCall("refund", {"order": "17"}), {"properties": {"order": {"type": "integer"}}})
+    ['refund: order has the wrong type']
+    """
     properties = schema.get("properties") or {}
     problems = [
         f"{call.name}: missing required {name}" for name in schema.get("required") or [] if name not in call.arguments

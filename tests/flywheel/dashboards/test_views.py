@@ -95,7 +95,7 @@ def test_the_home_page_reads_in_a_bounded_number_of_queries(
         client.get(reverse("dashboards:home"))
     for name in ("retail", "telecom", "shop"):
         make_gate(make_live(name, 3), passed=False)
-    with django_assert_max_num_queries(20) as four_agents:
+    with django_assert_max_num_queries(21) as four_agents:  # 20, and one for the open regression alerts
         page = client.get(reverse("dashboards:home")).content.decode()
     assert len(four_agents) == len(one_agent)  # no query per live version or gate
     assert all(f"{name}:v3" in page for name in ("retail", "telecom", "shop"))
