@@ -24,7 +24,7 @@ from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agent_get, choices_limit
-from flywheel.registry import charts, selectors, services, serving, storage, traffic
+from flywheel.registry import charts, guardrails, selectors, services, serving, storage, traffic
 from flywheel.registry.forms import (
     GateLaunchForm,
     GatePolicyForm,
@@ -252,8 +252,11 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
     """`POST /v1/chat/completions`: OpenAI's chat API; `model` names the agent, the live version answers.
 
     With `stream: true` the server's events pass through as they come (vLLM streams; `python -m
-    trainer serve` refuses, and its refusal is answered as JSON). Each answered request is handed
-    to a task that records it as a trajectory (`services.served_record_later`); refusals are not.
+    trainer serve` refuses, and its refusal is answered as JSON), tool calls held back until the
+    guardrails have judged them. The agent's guardrails (`guardrails`) judge every returned tool
+    call: a blocked one reaches the client as a refusal. Each answered request is handed to a task
+    that records it, as the server answered it, as a trajectory (`services.served_record_later`);
+    refusals are not.
     """
     started = time.monotonic()
     try:
@@ -270,11 +273,13 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
         return _openai_error(404, f"agent {agent_name!r} has no live version", "model_not_found")
     if pinned and body["model"] != pointer.version.tag:
         return _openai_error(409, f"only the live version {pointer.version.tag} is served", "model_not_live")
+    rails = selectors.guardrails_for(agent=pointer.agent)
     try:
         if body.get("stream") is True:
             events = serving.chat_stream(version=pointer.version, body=body)
             record = partial(services.served_record_later, version=pointer.version, body=body, started=started)
-            events = traffic.recorded_stream(events, on_end=record)
+            guard = None if rails.off else guardrails.StreamGuard(rails, guardrails.history_of(body["messages"]))
+            events = traffic.recorded_stream(events, on_end=record, guard=guard)
             return StreamingHttpResponse(events, content_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache"})  # fmt: skip
         status, answer = serving.chat_forward(version=pointer.version, body=body)
@@ -287,6 +292,8 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
         if error.retry_after is not None:
             unavailable["Retry-After"] = str(error.retry_after)
         return unavailable
-    if status == 200:
-        services.served_record_later(version=pointer.version, body=body, answer=answer, started=started)
-    return JsonResponse(answer, status=status)
+    if status != 200:
+        return JsonResponse(answer, status=status)
+    verdict = guardrails.check_answer(rails, body["messages"], answer)
+    services.served_record_later(version=pointer.version, body=body, answer=answer, started=started, verdict=verdict)
+    return JsonResponse(guardrails.guarded_answer(answer, verdict), status=status)
