@@ -2,8 +2,10 @@
 
 Per rule, the agent's settings (`flywheel.triage.guardrails`) say block, flag or off:
 - block: the client gets the assistant message without its tool calls, its content (and OpenAI's
-  `refusal` field) naming the rule and the call, and `finish_reason: "content_filter"` (OpenAI's
-  word for an answer a filter withheld). Every call of that choice is withheld, not only the one
+  `refusal` field) naming the rule and the call, and `finish_reason: "stop"`, as OpenAI answers
+  its own refusals. Not `content_filter`: on it the `openai` package's `parse` and `stream`
+  helpers raise (ContentFilterFinishReasonError), so the client would get an exception where it
+  should read the refusal and carry on. Every call of that choice is withheld, not only the one
   that broke the rule: an answer's calls are one plan (a lookup feeding a delete, a confirmation
   before a payment), and running part of it is something the model never proposed;
 - flag: the answer goes out unchanged.
@@ -41,7 +43,7 @@ from trainer.verifiers.safety import SafetyPolicy, check_calls
 logger = logging.getLogger(__name__)
 ERROR_RULE = "guardrail-error"
 BLOCKED, FLAGGED, ERROR = "blocked", "flagged", "error"
-BLOCKED_FINISH = "content_filter"
+BLOCKED_FINISH = "stop"
 
 
 @dataclass(frozen=True)
@@ -325,6 +327,7 @@ class StreamGuard:
         if verdict.blocked:
             text = refusal_text(verdict.blocked)
             delta["content"] = (delta.get("content") or "") + ("\n\n" if index in self._texted else "") + text
+            delta["refusal"] = text
             return {**choice, "delta": delta, "finish_reason": BLOCKED_FINISH}
         delta["tool_calls"] = [{"index": position, **call} for position, call in sorted(held.items())]
         return {**choice, "delta": delta}

@@ -51,6 +51,11 @@ class BucketAdmin(admin.ModelAdmin):
             self.delete_model(request, bucket)
 
 
+def _or_empty(guardrails: Any) -> Any:
+    """An empty guardrails box (None) is the default settings; anything else is checked as given."""
+    return {} if guardrails is None else guardrails
+
+
 class AgentPolicyForm(forms.ModelForm):
     policy = forms.JSONField(
         initial=lambda: SafetyPolicy.default().to_json(),
@@ -82,7 +87,7 @@ class AgentPolicyForm(forms.ModelForm):
         cleaned = super().clean() or {}
         if "policy" in cleaned and "guardrails" in cleaned:
             try:
-                services.guardrails_validate(cleaned["guardrails"] or {},
+                services.guardrails_validate(_or_empty(cleaned["guardrails"]),
                                              policy=services.policy_validate(cleaned["policy"]))  # fmt: skip
             except ValidationError as error:
                 self.add_error("guardrails", error)
@@ -100,7 +105,7 @@ class AgentPolicyAdmin(admin.ModelAdmin):
 
     def save_model(self, request: AuthedRequest, obj: AgentPolicy, form: Any, change: bool) -> None:  # type: ignore[override]
         record = services.agent_policy_set(actor=request.user, agent=obj.agent, policy=form.cleaned_data["policy"],
-                                           guardrails=form.cleaned_data["guardrails"] or {})  # fmt: skip
+                                           guardrails=_or_empty(form.cleaned_data["guardrails"]))  # fmt: skip
         obj.pk = record.pk
 
     def delete_model(self, request: AuthedRequest, obj: AgentPolicy) -> None:  # type: ignore[override]
