@@ -1,7 +1,7 @@
 """Benchmark: the latency that recording and guardrails add to the app's chat endpoint, against both off, in one run.
 
 Run from the repository root:
-    .venv/bin/python bench/served_overhead.py [--requests 200] [--upstream stub|tiny|both]
+    .venv/bin/python bench/served_overhead.py [--requests 200] [--upstream stub|tiny|both] [--pause-ms 25]
         [--database-url URL] [--broker-url URL]
 
 One app (gunicorn, one worker of 2 threads) on a fresh database (a SQLite file in a temporary
@@ -19,10 +19,15 @@ streamed; `tiny`, `python -m trainer serve` with the tiny model and the adapter 
 new tokens, on the CPU (whole only: it does not stream; its text answers have no calls to judge,
 so only the recording and the policy's read are added there).
 
-Each round asks every agent once, in an order rotated round by round, from one `openai` client
-after 20 warm-up rounds, so drift in the machine's load falls on all arms alike. Prints each
-arm's p50 and p95 in milliseconds and, for all but `bare`, the ratios to `bare` at p50 and p95
-and the median of the paired differences (this round's request less bare's).
+Each round asks every agent once, in an order shuffled round by round, from one `openai` client
+(one kept-alive connection, as the package keeps them) after 20 warm-up rounds, so drift in the
+machine's load falls on all arms alike; each request is followed by an untimed pause (--pause-ms,
+25), as an agent runs its tool between two calls. The pause matters: the app records an answer
+once it has gone out, on the thread that served it, so with no pause (--pause-ms 0) the next
+request, whichever arm it is for, waits for or competes with that work, and the recording shows
+as load on every arm rather than as latency on its own. Prints each arm's p50 and p95 in
+milliseconds and, for all but `bare`, the ratios to `bare` at p50 and p95 and the median of the
+paired differences (the arm's request less bare's in the same round).
 No Celery worker runs: storing the records is a worker's work, off the request's path. Asserts
 nothing.
 """
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -196,10 +202,10 @@ ARMS = ("bare", "guardrails", "recording", "guarded")
 
 
 def rounds(requests: int) -> Iterator[list[str]]:
-    """One request to each arm per round, the order rotated each round so no arm always goes first."""
-    for index in range(requests):
-        start = index % len(ARMS)
-        yield [*ARMS[start:], *ARMS[:start]]
+    """One request to each arm per round, in an order shuffled each round (seeded): no arm always follows another."""
+    shuffler = random.Random(0)
+    for _ in range(requests):
+        yield shuffler.sample(ARMS, len(ARMS))
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -207,7 +213,7 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def measure(ask: Callable[[str], float], requests: int) -> dict[str, Any]:
+def measure(ask: Callable[[str], float], requests: int, pause_s: float) -> dict[str, Any]:
     """Each arm's p50 and p95; for each arm but bare, its ratio to bare and its median paired difference."""
     for _ in range(WARM_UP):
         for agent in ARMS:
@@ -216,6 +222,7 @@ def measure(ask: Callable[[str], float], requests: int) -> dict[str, Any]:
     for order in rounds(requests):
         for agent in order:
             times[agent].append(ask(agent))
+            time.sleep(pause_s)
     report: dict[str, Any] = {}
     bare_p50, bare_p95 = percentile(times["bare"], 0.5), percentile(times["bare"], 0.95)
     for agent, values in times.items():
@@ -239,9 +246,10 @@ def run_upstream(kind: str, adapter: str, folder: Path, args: argparse.Namespace
         try:
             chat = openai.OpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0, timeout=300)
             wait_for_app(chat)
-            report = {"whole": measure(asker(chat, stream=False), args.requests)}
+            pause_s = args.pause_ms / 1000
+            report = {"whole": measure(asker(chat, stream=False), args.requests, pause_s)}
             if kind == "stub":
-                report["streamed"] = measure(asker(chat, stream=True), args.requests)
+                report["streamed"] = measure(asker(chat, stream=True), args.requests, pause_s)
             report["recorded"] = outbox_rows(env)
             return report
         finally:
@@ -276,12 +284,14 @@ def main() -> int:
     parser.add_argument("--upstream", choices=("stub", "tiny", "both"), default="both")
     parser.add_argument("--database-url", help="a fresh database (migrated here); default: SQLite in a temp folder")
     parser.add_argument("--broker-url", help="Celery's broker; default: the filesystem transport in the temp folder")
+    pause = "untimed pause after each request, as an agent runs its tool between calls"
+    parser.add_argument("--pause-ms", type=float, default=25.0, help=pause)
     args = parser.parse_args()
     kinds = ("stub", "tiny") if args.upstream == "both" else (args.upstream,)
     if args.database_url and len(kinds) > 1:
         parser.error("with --database-url, name one --upstream (each run needs a fresh database)")
     database = "sqlite" if not args.database_url else args.database_url.split(":", 1)[0]
-    report: dict[str, Any] = {"requests_per_arm": args.requests, "database": database,
+    report: dict[str, Any] = {"requests_per_arm": args.requests, "database": database, "pause_ms": args.pause_ms,
                               "broker": (args.broker_url or "filesystem://").split(":", 1)[0]}  # fmt: skip
     with tempfile.TemporaryDirectory() as temporary:
         folder = Path(temporary)

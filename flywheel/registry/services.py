@@ -364,8 +364,8 @@ def served_sampled(*, agent: Agent) -> bool:
     return agent.record_served and random.random() < agent.served_sample_rate  # noqa: S311 - sampling, not secrets
 
 
-def served_record_later(*, version: ModelVersion, body: dict[str, Any], answer: dict[str, Any],
-                        started: float, verdict: guardrails.Verdict | None = None) -> bool:  # fmt: skip
+def served_record_later(*, version: ModelVersion, body: dict[str, Any], answer: dict[str, Any], started: float,
+                        verdict: guardrails.Verdict | None = None, finished: float | None = None) -> bool:  # fmt: skip
     """Keep one answered exchange for the recording task, when the agent's setting samples it; never raises.
 
     `answer` is what the server answered, before the guardrails; `verdict` is theirs. An answer
@@ -374,9 +374,11 @@ def served_record_later(*, version: ModelVersion, body: dict[str, Any], answer: 
     so rates over sampled traffic can leave it aside. Its cost is the agent's prices times the
     usage the answer reports.
 
-    Called on the request's path (at the end of a stream, inside the response). The outbox row is
-    committed first, so a broker that refuses the message leaves it to the sweeper; a failure to
-    write the row costs this record only, logged, never the answer.
+    Called once the answer has gone out (after a whole answer's body, or a stream's last chunk),
+    on the worker thread that served it; the duration is `started` to `finished` (time.monotonic(),
+    now when not given). The outbox row is committed first, so a broker that refuses the message
+    leaves it to the sweeper; a failure to write the row costs this record only, logged, never the
+    answer.
     """
     try:
         agent = version.agent
@@ -384,9 +386,10 @@ def served_record_later(*, version: ModelVersion, body: dict[str, Any], answer: 
         blocked = verdict is not None and verdict.of(0).outcome == guardrails.BLOCKED
         if not sampled and not (blocked and agent.record_served):
             return False
+        duration_ms = round(1000 * ((finished or time.monotonic()) - started))
         record = traffic.served_record(
             served=traffic.Served(tag=version.tag, adapter_sha256=version.adapter_sha256), body=body, answer=answer,
-            duration_ms=round(1000 * (time.monotonic() - started)), exchange_id=f"served-{uuid.uuid4().hex}",
+            duration_ms=duration_ms, exchange_id=f"served-{uuid.uuid4().hex}",
             verdict=verdict, prices=traffic.Prices(agent.price_input_per_million, agent.price_output_per_million),
         )  # fmt: skip
         if not sampled:

@@ -27,6 +27,7 @@ from flywheel.triage import tasks as triage_tasks
 from flywheel.triage.models import AgentPolicy
 from flywheel.triage.selectors import TriageFilters, triage_queryset
 from flywheel.triage.services import agent_policy_set
+from tests.flywheel.registry.conftest import settling
 from tests.flywheel.registry.test_traffic import settled
 from tests.flywheel.triage.conftest import built_in_buckets  # noqa: F401  (a shared fixture)
 
@@ -150,9 +151,10 @@ def suggested(monkeypatch) -> list[list[str]]:
 
 
 @pytest.fixture
-def chat(live_server, make_user) -> openai.OpenAI:
+def chat(live_server, make_user, answers_in_flight) -> openai.OpenAI:
     token = api_token_create(user=make_user(Role.VIEWER), name="support-bot")[1]
-    return openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=30)
+    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=30)
+    return settling(client, answers_in_flight)
 
 
 def ask(chat: openai.OpenAI, question: str, history: list[dict[str, Any]] = (), **options: Any) -> Any:  # type: ignore[assignment]
