@@ -274,11 +274,11 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
         return _openai_error(404, f"agent {agent_name!r} has no live version", "model_not_found")
     if pinned and body["model"] != pointer.version.tag:
         return _openai_error(409, f"only the live version {pointer.version.tag} is served", "model_not_live")
-    rails = selectors.guardrails_for(agent=pointer.agent)
     try:
         if body.get("stream") is True:
             events = serving.chat_stream(version=pointer.version, body=body)
             record = partial(services.served_record_later, version=pointer.version, body=body, started=started)
+            rails = selectors.guardrails_for(agent=pointer.agent)
             guard = None if rails.off else guardrails.StreamGuard(rails, guardrails.history_of(body["messages"]))
             events = traffic.recorded_stream(events, on_end=record, guard=guard)
             return StreamingHttpResponse(events, content_type="text/event-stream",
@@ -295,7 +295,7 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
         return unavailable
     if status != 200:
         return JsonResponse(answer, status=status)
-    verdict = guardrails.check_answer(rails, body["messages"], answer)
+    verdict = guardrails.check_answer(selectors.guardrails_for(agent=pointer.agent), body["messages"], answer)
     record = partial(services.served_record_later, version=pointer.version, body=body, answer=answer,
                      started=started, verdict=verdict, finished=time.monotonic())  # fmt: skip
     return _RecordedAfterwards(guardrails.guarded_answer(answer, verdict), after=record)
