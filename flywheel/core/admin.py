@@ -37,6 +37,9 @@ class AgentAdmin(admin.ModelAdmin):
         if {"record_served", "served_sample_rate"} & set(form.changed_data):
             services.agent_served_recording_set(actor=request.user, agent=obj, enabled=obj.record_served,
                                                 sample_rate=obj.served_sample_rate)  # fmt: skip
+        if {"price_input_per_million", "price_output_per_million"} & set(form.changed_data):
+            services.agent_prices_set(actor=request.user, agent=obj, input_per_million=obj.price_input_per_million,
+                                      output_per_million=obj.price_output_per_million)  # fmt: skip
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         super().save_related(request, form, formsets, change)

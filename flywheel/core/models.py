@@ -67,6 +67,16 @@ class Agent(UUIDModel, TimestampedModel):
         default=1.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
         help_text="The share of served chat completions stored, 0 to 1.",
     )  # fmt: skip
+    # The cost of a served answer (`Trajectory.cost`): its reported usage at these prices. Zero for
+    # a local model unless someone sets what its tokens cost.
+    price_input_per_million = models.FloatField(
+        default=0.0, validators=[MinValueValidator(0.0)],
+        help_text="The price of a million input (prompt) tokens of this agent's served model; 0 for a local model.",
+    )  # fmt: skip
+    price_output_per_million = models.FloatField(
+        default=0.0, validators=[MinValueValidator(0.0)],
+        help_text="The price of a million output (completion) tokens of this agent's served model.",
+    )  # fmt: skip
     # Who sees and acts on the agent's rows (`selectors.agents_filter`), besides all-agents users.
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL,

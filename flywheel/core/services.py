@@ -117,6 +117,16 @@ def agent_served_recording_set(*, actor: Actor, agent: Agent, enabled: bool, sam
     return agent
 
 
+def agent_prices_set(*, actor: Actor, agent: Agent, input_per_million: float, output_per_million: float) -> Agent:
+    """What a million input and output tokens of `agent`'s served model cost: the cost of its served answers."""
+    agent.price_input_per_million, agent.price_output_per_million = input_per_million, output_per_million
+    agent.full_clean()
+    agent.save(update_fields=["price_input_per_million", "price_output_per_million", "updated_at"])
+    audit_record(actor=actor, action="agent.prices", target=agent,
+                 data={"input_per_million": input_per_million, "output_per_million": output_per_million})  # fmt: skip
+    return agent
+
+
 def _token_hash(secret: str) -> str:
     # Tokens carry 256 random bits, so a fast hash is enough: there is nothing to brute-force.
     return hashlib.sha256(secret.encode()).hexdigest()

@@ -154,7 +154,8 @@ class LivePointer(models.Model):
 class ServedExchange(UUIDModel):
     """A served chat completion waiting to be stored as a trajectory: the outbox row of its recording task.
 
-    Written on the request's path, deleted once its trajectory is stored; a row whose message was
+    Written once the answer has gone out (by the thread that served it), deleted once its trajectory is
+    stored; a row whose message was
     never sent, or sent long ago, is re-sent by the sweeper (`services.served_sweep`).
     """
 

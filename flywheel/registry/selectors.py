@@ -7,6 +7,7 @@ take an agent or version found that way.
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 from dataclasses import dataclass
@@ -19,11 +20,13 @@ from django.db.models import Count, Q, QuerySet
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.selectors import agents_filter, visible_agents
 from flywheel.ingest.models import Outcome, Trajectory
-from flywheel.registry import storage
+from flywheel.registry import guardrails, storage
 from flywheel.registry.models import Deployment, GatePolicy, GateResult, GateStatus, LivePointer, ModelVersion
 from flywheel.training.selectors import EVAL_RATES, metric_series
+from flywheel.triage.selectors import agent_guardrails_json
 from trainer.spec.gate import Policy
 
+logger = logging.getLogger(__name__)
 TAG = re.compile(r"^(?P<agent>[-\w]+):v(?P<number>\d+)$")
 FINISHED_GATES = (GateStatus.PASSED, GateStatus.FAILED)
 
@@ -81,6 +84,16 @@ def live_pointer_for(*, agent_name: str, viewer: User) -> LivePointer | None:
         .filter(agent__name=agent_name)
         .first()
     )
+
+
+def guardrails_for(*, agent: Agent) -> guardrails.Guardrails:
+    """The agent's guardrails as the chat endpoint applies them; never raises (unreadable ones fail closed)."""
+    try:
+        policy, settings = agent_guardrails_json(agent.pk)
+    except Exception as error:  # the database: no response fails because of the guardrails
+        logger.warning("the guardrails of %s could not be read", agent.name, exc_info=True)
+        return guardrails.Guardrails.unreadable(str(error) or repr(error))
+    return guardrails.Guardrails.from_stored(policy, settings)
 
 
 def deployment_history(*, agent: Agent) -> QuerySet[Deployment]:

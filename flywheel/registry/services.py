@@ -4,9 +4,10 @@ Every change of the live pointer happens under a row lock on the agent, so two a
 once (or a double click) are serialized: the second finds the version already live and does
 nothing, or finds that the live version changed since its page was drawn (`expected_live`) and
 is refused with `PromotionConflict`. Each change is a Deployment row and an audit event.
-Served chat completions are recorded off the request's path: `served_record_later` samples,
-keeps the exchange in an outbox row and hands its id to a task on the `default` queue, whose
-`served_store` ingests it; `served_sweep` re-sends rows whose message may be lost.
+Served chat completions are recorded off the request's path: `served_record_later` samples
+(answers the guardrails blocked are always kept), prices the answer, keeps the exchange in an
+outbox row and hands its id to a task on the `default` queue, whose `served_store` ingests it;
+`served_sweep` re-sends rows whose message may be lost.
 The receivers of `training.signals.job_finished` run inside the job's finishing transaction,
 in a savepoint, so a registry problem is recorded and never fails the job.
 """
@@ -33,7 +34,7 @@ from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, 
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.ingest.reader import RawRecord
 from flywheel.ingest.services import IngestOptions, ItemResult, records_ingest, redactor_build
-from flywheel.registry import selectors, storage, traffic
+from flywheel.registry import guardrails, selectors, storage, traffic
 from flywheel.registry.models import (
     Deployment,
     DeploymentAction,
@@ -363,21 +364,36 @@ def served_sampled(*, agent: Agent) -> bool:
     return agent.record_served and random.random() < agent.served_sample_rate  # noqa: S311 - sampling, not secrets
 
 
-def served_record_later(*, version: ModelVersion, body: dict[str, Any], answer: dict[str, Any],
-                        started: float) -> bool:  # fmt: skip
+def served_record_later(*, version: ModelVersion, body: dict[str, Any], answer: dict[str, Any], started: float,
+                        verdict: guardrails.Verdict | None = None, finished: float | None = None) -> bool:  # fmt: skip
     """Keep one answered exchange for the recording task, when the agent's setting samples it; never raises.
 
-    Called on the request's path (at the end of a stream, inside the response). The outbox row is
-    committed first, so a broker that refuses the message leaves it to the sweeper; a failure to
-    write the row costs this record only, logged, never the answer.
+    `answer` is what the server answered, before the guardrails; `verdict` is theirs. An answer
+    whose calls were blocked is kept whatever the sample rate (while recording is on): it is
+    what triage must see, and rare; its record says `outside_sample` when the draw left it out,
+    so rates over sampled traffic can leave it aside. Its cost is the agent's prices times the
+    usage the answer reports.
+
+    Called once the answer has gone out (after a whole answer's body, or a stream's last chunk),
+    on the worker thread that served it; the duration is `started` to `finished` (time.monotonic(),
+    now when not given). The outbox row is committed first, so a broker that refuses the message
+    leaves it to the sweeper; a failure to write the row costs this record only, logged, never the
+    answer.
     """
     try:
-        if not served_sampled(agent=version.agent):
+        agent = version.agent
+        sampled = served_sampled(agent=agent)
+        blocked = verdict is not None and verdict.of(0).outcome == guardrails.BLOCKED
+        if not sampled and not (blocked and agent.record_served):
             return False
+        duration_ms = round(1000 * ((finished or time.monotonic()) - started))
         record = traffic.served_record(
             served=traffic.Served(tag=version.tag, adapter_sha256=version.adapter_sha256), body=body, answer=answer,
-            duration_ms=round(1000 * (time.monotonic() - started)), exchange_id=f"served-{uuid.uuid4().hex}",
+            duration_ms=duration_ms, exchange_id=f"served-{uuid.uuid4().hex}",
+            verdict=verdict, prices=traffic.Prices(agent.price_input_per_million, agent.price_output_per_million),
         )  # fmt: skip
+        if not sampled:
+            record["metadata"]["served"]["outside_sample"] = True
         exchange = ServedExchange.objects.create(agent=version.agent, record=record)
     except Exception:  # the database, or a record we failed to build: the client has its answer regardless
         logger.warning("a served answer of %s was not recorded", version.tag, exc_info=True)

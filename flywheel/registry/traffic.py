@@ -1,10 +1,14 @@
 """What the chat endpoint served, as a record the ingest path stores: the served-traffic half of the loop.
 
 `served_record` turns one exchange (the request's messages and tools, the answer, its version
-and adapter hash, latency and usage) into an `openai-chat` record whose id is the answer's id, so
-storing it twice stores it once. `recorded_stream` passes a streamed answer's server-sent events
-through untouched and assembles the answer (text and tool calls) for the record once the stream
-ends. Pure: nothing here touches the database or the broker (`services.served_record_later` does).
+and adapter hash, latency, usage and cost) into an `openai-chat` record whose id is the answer's
+id, so storing it twice stores it once. The record keeps the answer as the model gave it: where
+the guardrails blocked its calls, the calls, the rules, `guardrail: blocked` and the outcome
+failure (what triage lists as an unsafe action); where they flagged them, the rules and
+`guardrail: flagged`. `recorded_stream` passes a streamed answer's server-sent events through
+(through the guardrails' `StreamGuard` where they are on) and assembles the answer as the server
+sent it (text and tool calls) for the record once the stream ends. Pure: nothing here touches the
+database or the broker (`services.served_record_later` does).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from flywheel.registry.guardrails import BLOCKED, StreamGuard, Verdict, call_delta_merge
 
 logger = logging.getLogger(__name__)
 FORMAT = "openai-chat"
@@ -28,21 +34,57 @@ class Served:
     adapter_sha256: str
 
 
-def served_record(*, served: Served, body: dict[str, Any], answer: dict[str, Any], duration_ms: int,
-                  exchange_id: str) -> dict[str, Any]:  # fmt: skip
-    """The `openai-chat` record of one answered request; its outcome is left unknown for scoring to decide."""
+@dataclass(frozen=True)
+class Prices:
+    """An agent's prices in its currency per million input (prompt) and output (completion) tokens."""
+
+    input_per_million: float = 0.0
+    output_per_million: float = 0.0
+
+
+NO_PRICES = Prices()
+
+
+def served_cost(usage: Any, prices: Prices) -> float | None:
+    """What the answer cost by its reported usage; None when it reports no token counts to price."""
+    if not isinstance(usage, dict):
+        return None
+    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    if prompt is None and completion is None:
+        return None
+    return ((prompt or 0) * prices.input_per_million + (completion or 0) * prices.output_per_million) / 1_000_000
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def served_record(*, served: Served, body: dict[str, Any], answer: dict[str, Any], duration_ms: int, exchange_id: str,
+                  verdict: Verdict | None = None, prices: Prices = NO_PRICES) -> dict[str, Any]:  # fmt: skip
+    """The `openai-chat` record of one answered request, as the server answered it.
+
+    Its outcome is failure where the guardrails blocked the answer's calls (the client got a
+    refusal), else left unknown for scoring to decide.
+    """
     choice = (answer.get("choices") or [{}])[0]
     message = {key: value for key, value in (choice.get("message") or {}).items()
                if key in ("role", "content", "tool_calls")}  # fmt: skip
+    guardrail = verdict.record_metadata() if verdict is not None else {}
     record: dict[str, Any] = {
         "id": answer.get("id") or exchange_id,
         "model_version": served.tag,
         "messages": [*body["messages"], {"role": "assistant", **message}],
         "duration_ms": duration_ms,
-        "metadata": {"served": {"adapter_sha256": served.adapter_sha256, "finish_reason": choice.get("finish_reason")}},
+        "metadata": {"served": {"adapter_sha256": served.adapter_sha256, "finish_reason": choice.get("finish_reason")},
+                     **guardrail},
     }
+    if guardrail.get("guardrail") == BLOCKED:
+        record["outcome"] = "failure"
     if isinstance(answer.get("usage"), dict):
         record["usage"] = answer["usage"]
+    cost = served_cost(answer.get("usage"), prices)
+    if cost is not None:
+        record["cost"] = cost
     if isinstance(body.get("tools"), list):
         record["tools"] = body["tools"]
     return record
@@ -69,16 +111,7 @@ class StreamAssembly:
             if isinstance(delta.get("content"), str):
                 self.content.append(delta["content"])
             for call in delta.get("tool_calls") or []:
-                self._add_call(call)
-
-    def _add_call(self, call: dict[str, Any]) -> None:
-        # The first delta of a call carries its id and name; later ones carry pieces of the arguments.
-        held = self.tool_calls.setdefault(call.get("index", 0), {"id": "", "type": "function",
-                                                                  "function": {"name": "", "arguments": ""}})
-        held["id"] = held["id"] or call.get("id") or ""
-        function = call.get("function") or {}
-        held["function"]["name"] += function.get("name") or ""
-        held["function"]["arguments"] += function.get("arguments") or ""
+                call_delta_merge(self.tool_calls, call)
 
     def answer(self) -> dict[str, Any]:
         """The answer as a whole (non-streamed) response would have carried it."""
@@ -92,17 +125,26 @@ class StreamAssembly:
         return answer
 
 
-def recorded_stream(lines: Iterator[bytes], on_end: Callable[..., object]) -> Iterator[bytes]:
-    """`lines` as they come; once they end, `on_end(answer=...)` with the assembled answer.
+def recorded_stream(lines: Iterator[bytes], on_end: Callable[..., object],
+                    guard: StreamGuard | None = None) -> Iterator[bytes]:  # fmt: skip
+    """`lines` as they come (as `guard` lets them through, where given); once they end, `on_end(answer=...,
+    verdict=...)` with the answer as the server sent it and the guard's verdict (None without one).
 
     A stream the client abandons (the generator closed early) is not recorded: its answer is partial.
     """
     assembly = StreamAssembly()
     for line in lines:
+        chunk = None
         if line.startswith(b"data: {"):
             try:
-                assembly.add(json.loads(line[len(b"data: "):]))
+                chunk = json.loads(line[len(b"data: "):])
+                assembly.add(chunk)
             except (ValueError, AttributeError, TypeError):
                 logger.warning("a streamed chunk could not be read for the record", exc_info=True)
-        yield line
-    on_end(answer=assembly.answer())
+        if guard is None:
+            yield line
+        else:
+            yield from guard.feed(line, chunk if isinstance(chunk, dict) else None)
+    if guard is not None:
+        yield from guard.flush()
+    on_end(answer=assembly.answer(), verdict=guard.verdict if guard is not None else None)

@@ -7,6 +7,7 @@ the forms carry the live version the page showed, so a stale page is refused, no
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -24,7 +25,7 @@ from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agent_get, choices_limit
-from flywheel.registry import charts, selectors, services, serving, storage, traffic
+from flywheel.registry import charts, guardrails, selectors, services, serving, storage, traffic
 from flywheel.registry.forms import (
     GateLaunchForm,
     GatePolicyForm,
@@ -252,8 +253,11 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
     """`POST /v1/chat/completions`: OpenAI's chat API; `model` names the agent, the live version answers.
 
     With `stream: true` the server's events pass through as they come (vLLM streams; `python -m
-    trainer serve` refuses, and its refusal is answered as JSON). Each answered request is handed
-    to a task that records it as a trajectory (`services.served_record_later`); refusals are not.
+    trainer serve` refuses, and its refusal is answered as JSON), tool calls held back until the
+    guardrails have judged them. The agent's guardrails (`guardrails`) judge every returned tool
+    call: a blocked one reaches the client as a refusal. Each answered request, once its answer has
+    gone out, is handed to a task that records it, as the server answered it, as a trajectory
+    (`services.served_record_later`); refusals are not.
     """
     started = time.monotonic()
     try:
@@ -274,7 +278,9 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
         if body.get("stream") is True:
             events = serving.chat_stream(version=pointer.version, body=body)
             record = partial(services.served_record_later, version=pointer.version, body=body, started=started)
-            events = traffic.recorded_stream(events, on_end=record)
+            rails = selectors.guardrails_for(agent=pointer.agent)
+            guard = None if rails.off else guardrails.StreamGuard(rails, guardrails.history_of(body["messages"]))
+            events = traffic.recorded_stream(events, on_end=record, guard=guard)
             return StreamingHttpResponse(events, content_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache"})  # fmt: skip
         status, answer = serving.chat_forward(version=pointer.version, body=body)
@@ -287,6 +293,29 @@ def chat_completions(request: AuthedRequest) -> HttpResponse | StreamingHttpResp
         if error.retry_after is not None:
             unavailable["Retry-After"] = str(error.retry_after)
         return unavailable
-    if status == 200:
-        services.served_record_later(version=pointer.version, body=body, answer=answer, started=started)
-    return JsonResponse(answer, status=status)
+    if status != 200:
+        return JsonResponse(answer, status=status)
+    verdict = guardrails.check_answer(selectors.guardrails_for(agent=pointer.agent), body["messages"], answer)
+    record = partial(services.served_record_later, version=pointer.version, body=body, answer=answer,
+                     started=started, verdict=verdict, finished=time.monotonic())  # fmt: skip
+    return _RecordedAfterwards(guardrails.guarded_answer(answer, verdict), after=record)
+
+
+class _RecordedAfterwards(JsonResponse):
+    """A JSON answer whose recording runs once the server has sent it, so the client never waits for the write.
+
+    The WSGI server calls `close()` after it has written the body (Content-Length is set, so the
+    client has the whole answer by then); the recording then holds this worker thread for its
+    outbox row and broker message, not the client. A streamed answer is recorded after its last
+    chunk in the same way (`traffic.recorded_stream`).
+    """
+
+    def __init__(self, data: dict[str, Any], *, after: Callable[[], object]) -> None:
+        super().__init__(data)
+        self._after = after
+
+    def close(self) -> None:
+        try:
+            self._after()  # never raises (`services.served_record_later`)
+        finally:
+            super().close()  # after the recording: it closes this thread's database connection

@@ -169,10 +169,19 @@ class QueueItem(models.Model):
 
 
 class AgentPolicy(TimestampedModel):
-    """An agent's safety policy (trainer's `SafetyPolicy` JSON); agents without one use the default."""
+    """An agent's safety policy (trainer's `SafetyPolicy` JSON) and its guardrails; without one, the defaults.
+
+    `guardrails` says what the served chat endpoint does with a returned tool call that breaks
+    each rule (`flywheel.triage.guardrails`): block it, flag it, or not check it.
+    """
 
     agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="safety_policy")
     policy = models.JSONField(help_text="A trainer.verifiers.safety.SafetyPolicy as JSON.")
+    guardrails = models.JSONField(
+        default=dict, blank=True,
+        help_text='What the served endpoint does per rule: {"default": "flag", "rules": {"rule-id": "block"}}; '
+                  "actions block, flag, off. Empty: flag every rule.",
+    )  # fmt: skip
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -471,3 +471,9 @@ def agent_policy_json(agent_id: UUID | None) -> dict[str, Any] | None:
         return None
     stored = AgentPolicy.objects.filter(agent_id=agent_id).values_list("policy", flat=True).first()
     return dict(stored) if stored is not None else None
+
+
+def agent_guardrails_json(agent_id: UUID) -> tuple[Any, Any]:
+    """The agent's safety policy (None: the default) and its guardrail settings, as stored, in one query."""
+    stored = AgentPolicy.objects.filter(agent_id=agent_id).values_list("policy", "guardrails").first()
+    return (None, {}) if stored is None else (stored[0], stored[1])

@@ -33,6 +33,7 @@ from flywheel.core.models import Agent
 from flywheel.core.services import audit_record
 from flywheel.ingest.models import Step, Trajectory
 from flywheel.triage import selectors
+from flywheel.triage.guardrails import GuardrailSettings, GuardrailSettingsError, rule_ids
 from flywheel.triage.models import (
     AgentPolicy,
     Bucket,
@@ -621,18 +622,36 @@ def policy_validate(policy: Any) -> SafetyPolicy:
     return parsed
 
 
+def guardrails_validate(guardrails: Any, *, policy: SafetyPolicy) -> GuardrailSettings:
+    """Parse guardrail settings against the rules of `policy`; ValidationError if they name another rule."""
+    try:
+        return GuardrailSettings.from_json(guardrails, known_rules=rule_ids(policy))
+    except GuardrailSettingsError as error:
+        raise ValidationError(str(error)) from error
+
+
 @transaction.atomic
-def agent_policy_set(*, actor: User, agent: Agent, policy: dict[str, Any]) -> AgentPolicy:
-    """Give an agent its own safety policy and recompute its trajectories' suggestions (in the background)."""
+def agent_policy_set(
+    *, actor: User, agent: Agent, policy: dict[str, Any], guardrails: dict[str, Any] | None = None
+) -> AgentPolicy:
+    """Give an agent its own safety policy and recompute its trajectories' suggestions (in the background).
+
+    `guardrails` (per-rule actions of the served endpoint) replace the stored ones when given;
+    either way they must name only rules of the new policy.
+    """
     from flywheel.triage.tasks import recompute_agent_suggestions
 
-    policy_validate(policy)
+    parsed = policy_validate(policy)
     record = AgentPolicy.objects.filter(agent=agent).first() or AgentPolicy(agent=agent)
     record.policy = policy
+    if guardrails is not None:
+        record.guardrails = guardrails
+    guardrails_validate(record.guardrails, policy=parsed)
     record.updated_by = actor
     record.full_clean()
     record.save()
-    audit_record(actor=actor, action="agent_policy.set", target=agent, data={"policy": policy})
+    audit_record(actor=actor, action="agent_policy.set", target=agent,
+                 data={"policy": policy, "guardrails": record.guardrails})  # fmt: skip
     recompute_agent_suggestions.delay_on_commit(str(agent.pk))  # type: ignore[attr-defined]
     return record
 

@@ -5,8 +5,9 @@ of `tool_calls` (arguments are JSON strings; invalid ones are kept raw for triag
 messages become `tool_result` steps, named after the call they answer. Where the messages, id,
 outcome and metadata live comes from the field mapping. Without a metadata field, every other
 top-level field is kept as metadata (tau-bench's `info` holds the task and its ground truth).
-Tokens come from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`) and the
-duration from `duration_ms`, where the record has them (the app's recorded chat completions do).
+Tokens come from an OpenAI `usage` object (`prompt_tokens`, `completion_tokens`), the duration
+from `duration_ms` and the cost from `cost`, where the record has them (the app's recorded chat
+completions do).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from flywheel.ingest.parsers.base import (
     arguments_from,
     external_id_from,
     id_text,
+    optional_float,
     optional_int,
     optional_str,
     outcome_from,
@@ -54,6 +56,7 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
         duration_ms=optional_int(record, "duration_ms"),
         input_tokens=usage["prompt_tokens"],
         output_tokens=usage["completion_tokens"],
+        cost=optional_float(record, "cost"),
         metadata=_metadata(record, mapping),
         tools=record["tools"] if isinstance(record.get("tools"), list) else [],
     )

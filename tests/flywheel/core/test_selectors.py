@@ -112,6 +112,9 @@ def test_the_migration_grants_every_existing_user_all_agents(make_user, agents):
     assert sees_all_agents(type(user).objects.get(pk=user.pk))
 
 
+NO_PRICES = {"price_input_per_million": "0", "price_output_per_million": "0"}
+
+
 @pytest.mark.django_db
 def test_the_agent_admin_adds_members(client, make_user, agents):
     admin = make_user(Role.ADMIN)
@@ -121,7 +124,7 @@ def test_the_agent_admin_adds_members(client, make_user, agents):
     client.force_login(admin)
     alpha = agents[0]
     data = {"name": "alpha", "description": "", "tools": "[]", "tools_source": "uploaded", "members": [viewer.pk],
-            "record_served": "on", "served_sample_rate": "1.0"}  # fmt: skip
+            "record_served": "on", "served_sample_rate": "1.0", **NO_PRICES}  # fmt: skip
     response = client.post(reverse("admin:core_agent_change", args=[alpha.pk]), data)
     assert response.status_code == 302, response.content[:500]
     assert list(visible_agents(viewer)) == [alpha]
@@ -144,7 +147,8 @@ def test_the_agent_admin_sets_served_recording_with_an_audit_row(client, make_us
     admin.save()
     client.force_login(admin)
     alpha = agents[0]
-    data = {"name": "alpha", "description": "", "tools": "[]", "tools_source": "uploaded", "served_sample_rate": "0.25"}
+    data = {"name": "alpha", "description": "", "tools": "[]", "tools_source": "uploaded", "served_sample_rate": "0.25",
+            **NO_PRICES}  # fmt: skip
     response = client.post(reverse("admin:core_agent_change", args=[alpha.pk]), data)
     assert response.status_code == 302, response.content[:500]
     alpha.refresh_from_db()
@@ -153,3 +157,25 @@ def test_the_agent_admin_sets_served_recording_with_an_audit_row(client, make_us
     assert event.data == {"enabled": False, "sample_rate": 0.25}
     data["served_sample_rate"] = "1.5"
     assert client.post(reverse("admin:core_agent_change", args=[alpha.pk]), data).status_code == 200  # refused
+
+
+@pytest.mark.django_db
+def test_the_agent_admin_sets_token_prices_with_an_audit_row(client, make_user, agents):
+    admin = make_user(Role.ADMIN)
+    admin.is_staff = admin.is_superuser = True
+    admin.save()
+    client.force_login(admin)
+    alpha = agents[0]
+    assert (alpha.price_input_per_million, alpha.price_output_per_million) == (0.0, 0.0)  # local models: free
+    data = {"name": "alpha", "description": "", "tools": "[]", "tools_source": "uploaded", "record_served": "on",
+            "served_sample_rate": "1.0", "price_input_per_million": "2.5",
+            "price_output_per_million": "10"}  # fmt: skip
+    response = client.post(reverse("admin:core_agent_change", args=[alpha.pk]), data)
+    assert response.status_code == 302, response.content[:500]
+    alpha.refresh_from_db()
+    assert (alpha.price_input_per_million, alpha.price_output_per_million) == (2.5, 10.0)
+    assert AuditEvent.objects.get(action="agent.prices").data == {"input_per_million": 2.5, "output_per_million": 10.0}
+    data["price_output_per_million"] = "-1"
+    assert client.post(reverse("admin:core_agent_change", args=[alpha.pk]), data).status_code == 200  # refused
+    alpha.refresh_from_db()
+    assert alpha.price_output_per_million == 10.0

@@ -96,6 +96,14 @@ def test_openai_chat_records_become_steps_with_calls_and_results():
     assert parsed.metadata["info"]["task"]["actions"][0]["name"] == "cancel"
 
 
+def test_an_openai_chat_record_carries_its_cost_where_it_has_one():
+    record = {"messages": [{"role": "user", "content": "hi"}], "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+    assert parse_record(record, "openai-chat", FieldMapping()).cost is None
+    assert parse_record({**record, "cost": 0.0021}, "openai-chat", FieldMapping()).cost == 0.0021
+    with pytest.raises(RecordError, match="cost must be a number"):
+        parse_record({**record, "cost": "$0.002"}, "openai-chat", FieldMapping())
+
+
 @pytest.mark.parametrize(("reward", "outcome"), [(1.0, "success"), (0.5, "success"), (0, "failure"), (-1, "failure")])
 def test_a_numeric_outcome_above_zero_is_a_success(reward, outcome):
     assert parse_record({**CHAT, "reward": reward}, "openai-chat", TAU).outcome == outcome

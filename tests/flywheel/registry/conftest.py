@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import openai
 import pytest
 
 from flywheel.core.services import agent_create
 from flywheel.datasets.importers import read
 from flywheel.datasets.services import snapshot_create, tasks_import
-from flywheel.registry import services, serving
+from flywheel.registry import services, serving, views
 from flywheel.registry.models import ModelVersion
 from flywheel.training import services as training_services
 from flywheel.training.models import Job, JobState
@@ -110,3 +112,53 @@ def managed_server(settings):
     settings.SERVE_MAX_NEW_TOKENS = 8
     yield serving.MANAGED
     serving.MANAGED.stop()
+
+
+class AnswersInFlight:
+    """Whole chat answers the endpoint has made and not yet closed: their recording runs once the body has gone
+    out (`views._RecordedAfterwards`), after the client already has it."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.changed = threading.Condition()
+
+    def settle(self, timeout: float = 10) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.open == 0, timeout), "an answer's recording did not finish"
+
+
+@pytest.fixture
+def answers_in_flight(monkeypatch) -> AnswersInFlight:
+    counter = AnswersInFlight()
+    made, close = views._RecordedAfterwards.__init__, views._RecordedAfterwards.close
+
+    def counted_init(self, *args, **kwargs) -> None:
+        with counter.changed:
+            counter.open += 1
+        made(self, *args, **kwargs)
+
+    def counted_close(self) -> None:
+        try:
+            close(self)
+        finally:
+            with counter.changed:
+                counter.open -= 1
+                counter.changed.notify_all()
+
+    monkeypatch.setattr(views._RecordedAfterwards, "__init__", counted_init)
+    monkeypatch.setattr(views._RecordedAfterwards, "close", counted_close)
+    return counter
+
+
+def settling(chat: openai.OpenAI, answers: AnswersInFlight) -> openai.OpenAI:
+    """`chat`, whose whole answers return once the app has also recorded them (streams: see `settled`)."""
+    create = chat.chat.completions.create
+
+    def create_and_settle(*args, **kwargs):
+        answer = create(*args, **kwargs)
+        if not kwargs.get("stream"):
+            answers.settle()
+        return answer
+
+    chat.chat.completions.create = create_and_settle  # type: ignore[method-assign]
+    return chat

@@ -28,6 +28,7 @@ from flywheel.ingest.models import Step, Trajectory
 from flywheel.registry import services, tasks, traffic
 from flywheel.registry.models import ServedExchange
 from flywheel.registry.services import served_store
+from tests.flywheel.registry.conftest import settling
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 QUESTION = [{"role": "system", "content": "You are the support bot."},
@@ -109,9 +110,10 @@ def sent(monkeypatch) -> list[str]:
 
 
 @pytest.fixture
-def chat(live_server, make_user) -> openai.OpenAI:
+def chat(live_server, make_user, answers_in_flight) -> openai.OpenAI:
     token = api_token_create(user=make_user(Role.VIEWER), name="support-bot")[1]
-    return openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=30)
+    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=30)
+    return settling(client, answers_in_flight)
 
 
 def ask(chat: openai.OpenAI, **options: Any) -> Any:
@@ -150,6 +152,28 @@ def test_a_whole_answer_becomes_one_trajectory_tagged_with_the_version_that_answ
                      ("assistant", "Order 17 ships today.")]  # fmt: skip
     assert trajectory.final_result == "Order 17 ships today."
     assert Agent.objects.get(pk=live.agent.pk).tool_names() == ["find_order"]  # the request's tools
+
+
+def test_a_whole_answer_reaches_the_client_before_its_recording_runs(
+    upstream, live, sent, live_server, make_user, monkeypatch, answers_in_flight
+):
+    began, release = threading.Event(), threading.Event()
+    record = services.served_record_later
+
+    def held(**kwargs: Any) -> bool:
+        began.set()
+        release.wait(5)
+        return record(**kwargs)
+
+    monkeypatch.setattr(services, "served_record_later", held)
+    token = api_token_create(user=make_user(Role.VIEWER), name="impatient")[1]
+    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=30)
+
+    assert ask(client).choices[0].message.content == "Order 17 ships today."  # while the recording is held
+    assert began.wait(5) and sent == []
+    release.set()
+    answers_in_flight.settle()
+    assert run(sent) == ["stored"]
 
 
 def test_running_the_task_again_stores_nothing_twice(upstream, live, sent, chat):
