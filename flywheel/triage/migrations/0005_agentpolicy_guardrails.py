@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("triage", "0003_reviews_suggestions_queues"),
+        ("triage", "0004_queue_rules_and_removed_items"),
     ]
 
     operations = [
