@@ -181,15 +181,10 @@ def otlp_traces(request: AuthedRequest) -> HttpResponse:
     except otlp.ExportError as exc:
         return _error(400, str(exc))
     redactor = redactor_build(patterns=settings.INGEST_REDACT_DEFAULT, custom=[])
-    allowed = ingest_agent_names(user=request.user)
-    otlp.foreign_spans_refuse(export, allowed)
-    options = IngestOptions(format="otlp", source=otlp.SOURCE, redactor=redactor, agents_allowed=allowed)
-    results = services.traces_assemble(trace_ids=otlp.spans_store(export.spans), options=options)
-    refused = [result.reason for result in results if result.status == "rejected"]
-    refused_traces = {reason.split(":", 1)[0].removeprefix("trace ") for reason in refused}
-    unassembled = sum(1 for span in export.spans if span["trace_id"] in refused_traces)
-    message = "; ".join([*export.refused, *refused])[:1000]
-    return _otlp_response(request, len(export.refused) + unassembled, message)
+    options = IngestOptions(format="otlp", source=otlp.SOURCE, redactor=redactor,
+                            agents_allowed=ingest_agent_names(user=request.user))  # fmt: skip
+    rejected, message = otlp.export_ingest(export=export, options=options)
+    return _otlp_response(request, rejected, message)
 
 
 @permission_required(Perm.INGEST, api=True)

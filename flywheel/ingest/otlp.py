@@ -10,23 +10,31 @@ counted in OTLP's `partial_success`, and is never stored, so it can never spoil 
 Good spans are kept in `OtlpSpan` rows, because one trace may arrive over several exports; after
 each export, every trace it touched is assembled again from all its spans (parser `otlp`) and
 stored through the ingestion service, or its stored trajectory is brought up to date in place.
+Nothing is dropped silently: a refused span, and each span of a trace that cannot be assembled
+(no GenAI or OpenInference span in it, or chat spans without their messages), is counted in the
+answer's partial success with the reason, and logged.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
 from flywheel.ingest.models import OtlpSpan
-from flywheel.ingest.parsers.otlp import span_agent, span_problem
+from flywheel.ingest.parsers.otlp import span_agent, span_problem, span_response_id
 from flywheel.ingest.reader import decode_any, tree_problem
 
+if TYPE_CHECKING:
+    from flywheel.ingest.services import IngestOptions
+
+logger = logging.getLogger(__name__)
 SOURCE = "otlp"
 # Attribute values nest through arrayValue / kvlistValue; deeper than this is refused.
 MAX_ATTRIBUTE_DEPTH = 16
@@ -260,11 +268,12 @@ def spans_store(spans: list[dict[str, Any]]) -> set[str]:
     """Keep the spans (a re-sent span replaces its earlier copy); the trace ids they touched."""
     now = timezone.now()
     rows = [
-        OtlpSpan(trace_id=span["trace_id"], span_id=span["span_id"], payload=span, received_at=now) for span in spans
-    ]
-    OtlpSpan.objects.bulk_create(
-        rows, update_conflicts=True, unique_fields=["trace_id", "span_id"], update_fields=["payload", "received_at"]
-    )
+        OtlpSpan(trace_id=span["trace_id"], span_id=span["span_id"], response_id=span_response_id(span), payload=span,
+                 received_at=now)
+        for span in spans
+    ]  # fmt: skip
+    OtlpSpan.objects.bulk_create(rows, update_conflicts=True, unique_fields=["trace_id", "span_id"],
+                                 update_fields=["payload", "response_id", "received_at"])  # fmt: skip
     return {span["trace_id"] for span in spans}
 
 
@@ -272,3 +281,23 @@ def trace_record(trace_id: str) -> dict[str, Any]:
     spans = [row.payload for row in OtlpSpan.objects.filter(trace_id=trace_id)]
     resource: Any = next((span["resource"] for span in spans if isinstance(span, dict) and span.get("resource")), {})
     return {"trace_id": trace_id, "resource": resource, "spans": spans}
+
+
+def export_ingest(*, export: Export, options: IngestOptions) -> tuple[int, str]:
+    """Keep the export's spans and assemble the traces they touched: (spans not used, why), the why logged.
+
+    Spans not used are the refused ones and every span of a trace that could not be assembled; a
+    trace whose spans are still to come is assembled again when they come.
+    """
+    from flywheel.ingest.services import traces_assemble
+
+    foreign_spans_refuse(export, options.agents_allowed)
+    results = traces_assemble(trace_ids=spans_store(export.spans), options=options)
+    refused = [result.reason for result in results if result.status == "rejected"]
+    refused_traces = {reason.split(":", 1)[0].removeprefix("trace ") for reason in refused}
+    unassembled = sum(1 for span in export.spans if span["trace_id"] in refused_traces)
+    message = "; ".join([*export.refused, *refused])[:1000]
+    if export.refused or unassembled:
+        logger.warning("OTLP export: %d span(s) refused, %d in traces not assembled: %s", len(export.refused),
+                       unassembled, message)  # fmt: skip
+    return len(export.refused) + unassembled, message

@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from flywheel.ingest.services import SERVED_SOURCE
+
 logger = logging.getLogger(__name__)
 FORMAT = "openai-chat"
-SOURCE = "served"  # the dedup namespace of recorded answers' ids, apart from what agents send
+SOURCE = SERVED_SOURCE  # the dedup namespace of recorded answers' ids, apart from what agents send
 
 
 @dataclass(frozen=True)
