@@ -181,9 +181,7 @@ class OtlpSpan(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["trace_id", "span_id"], name="otlp_span_unique")]
-        indexes = [
-            models.Index(fields=["response_id"], condition=~models.Q(response_id=""), name="otlp_span_response")
-        ]
+        indexes = [models.Index(fields=["response_id"], condition=~models.Q(response_id=""), name="otlp_span_response")]
 
     def __str__(self) -> str:
         return f"{self.trace_id}/{self.span_id}"

@@ -520,7 +520,7 @@ def _served_enrich(served: Trajectory, trace_id: str, traced: ParsedTrajectory) 
 
 def _trace_summary(trace_id: str, metadata: dict[str, Any], duration_ms: int | None) -> dict[str, Any]:
     """What a trace adds to the served record of its call: its id, resource, other spans, the client's duration."""
-    kept = {key: metadata[key] for key in ("resource", "other_spans", "models") if key in metadata}
+    kept: dict[str, Any] = {key: metadata[key] for key in ("resource", "other_spans", "models") if key in metadata}
     return {"trace_id": trace_id, "client_duration_ms": duration_ms, **kept}
 
 

@@ -17,7 +17,10 @@ this assembly can read); the receiver refuses spans that fail it, and `parse` sk
 span that fails it, so one bad span never spoils its trace.
 
 OpenInference spans (`openinference.span.kind` LLM and TOOL, as Phoenix's instrumentations emit
-them) are read through `parsers.openinference`, which gives them these GenAI attributes.
+them) are read through `parsers.openinference`, which gives them these GenAI attributes. A GenAI
+inference event received over `/v1/logs` (an instrumentation's `event_only` content capture) is a
+stand-in span marked `flywheel.event_of`: its messages join the span it details, or, while that
+span has not come, it stands for the span.
 
 The agent is `flywheel.agent`, else `gen_ai.agent.name`, else the resource's `service.name` (not
 the SDK's `unknown_service` default), else the agent that a response model of the form `name:vN`
@@ -62,13 +65,15 @@ READ_ATTRIBUTES = {
     "gen_ai.tool.definitions", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.call.arguments",
     "gen_ai.tool.call.result", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
     "flywheel.outcome", "flywheel.model_version", "flywheel.agent", "gen_ai.request.model", "gen_ai.response.model",
-    "gen_ai.response.id",
+    "gen_ai.response.id", "flywheel.event_of",
 }  # fmt: skip
+EVENT_OF = "flywheel.event_of"  # on an inference event received as a log: the span it details
 VERSION_TAG = re.compile(r"([A-Za-z0-9_-]{1,100}):v[0-9]{1,9}")
 SDK_DEFAULT_SERVICE = "unknown_service"  # what the OpenTelemetry SDKs name a service nobody named
 NO_CONTENT = (
-    "its chat spans carry no messages: turn on the instrumentation's content capture "
-    "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only for opentelemetry-instrumentation-openai-v2)"
+    "its chat spans carry no messages (yet): turn on the instrumentation's content capture "
+    "(opentelemetry-instrumentation-openai-v2: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only, "
+    "or event_only with its logs exported to /v1/logs)"
 )
 MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model")
 ROLE_KINDS = {"system": "system", "user": "user", "assistant": "assistant"}
@@ -88,7 +93,7 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
     if not isinstance(trace_id, str) or not isinstance(stored, list):
         raise RecordError("a trace record needs a 'trace_id' string and a 'spans' list")
     good = [span for span in stored if span_problem(span) is None]
-    spans = sorted((genai_view(span) for span in good), key=lambda span: span["start_ns"])
+    spans = _events_joined(sorted((genai_view(span) for span in good), key=lambda span: span["start_ns"]))
     if not spans:
         raise RecordError("the trace has no spans")
     resource = record["resource"] if isinstance(record.get("resource"), dict) else {}
@@ -124,6 +129,19 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
         metadata=metadata,
         tools=assembly.tools,
     )
+
+
+def _events_joined(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Inference events (from logs) joined to the spans they detail; one whose span is not here stands for it."""
+    detailed = {span["span_id"]: span for span in spans if EVENT_OF not in span["attributes"]}
+    joined = []
+    for span in spans:
+        target = detailed.get(span["attributes"].get(EVENT_OF))
+        if target is None:
+            joined.append(span)
+        else:  # the event's messages, the span's own attributes and timing
+            target["attributes"] = {**span["attributes"], **target["attributes"]}
+    return joined
 
 
 def span_problem(span: Any) -> str | None:
