@@ -1,9 +1,10 @@
 """Real clients' telemetry: the `openai` client instrumented by the two common OpenAI instrumentations.
 
-`opentelemetry-instrumentation-openai-v2` (content capture on, `span_only`) and
-`openinference-instrumentation-openai` instrument the real client, which asks the app's
+`opentelemetry-instrumentation-openai-v2` (content capture on: `span_only`, and `event_only`,
+whose messages come as a log event over `/v1/logs`) and `openinference-instrumentation-openai`
+instrument the real client, which asks the app's
 `/v1/chat/completions` (the live version answers through the stub upstream below); the real OTLP
-HTTP exporter sends the spans to the app's `/v1/traces` with the same API token. The endpoint
+HTTP exporters send the spans to the app's `/v1/traces` (and logs to `/v1/logs`) with the same API token. The endpoint
 also records the answer itself (the recording task's messages are caught and run here, as a
 worker would, before or after the export): either way the call is one trajectory, tagged with the
 version that answered, with its tool call.
@@ -87,52 +88,65 @@ def token(make_user) -> str:
     return api_token_create(user=make_user(Role.REVIEWER), name="support-bot")[1]
 
 
-def openai_v2(provider: Any) -> Any:
+def openai_v2(tracer_provider: Any, logger_provider: Any) -> Any:
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
     instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.instrument(tracer_provider=tracer_provider, logger_provider=logger_provider)
     return instrumentor
 
 
-def openinference(provider: Any) -> Any:
+def openinference(tracer_provider: Any, logger_provider: Any) -> Any:
     from openinference.instrumentation.openai import OpenAIInstrumentor
 
     instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.instrument(tracer_provider=tracer_provider)
     return instrumentor
 
 
-INSTRUMENTATIONS = {"opentelemetry-instrumentation-openai-v2": openai_v2, "openinference-instrumentation-openai":
-                    openinference}  # fmt: skip
+# name: (instrument, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
+INSTRUMENTATIONS = {
+    "openai-v2 span_only": (openai_v2, "span_only"),
+    "openai-v2 event_only": (openai_v2, "event_only"),  # the messages come as a log event, over /v1/logs
+    "openinference": (openinference, ""),
+}
 
 
 @pytest.fixture(params=list(INSTRUMENTATIONS))
 def instrumented(request, monkeypatch, live_server, token) -> Iterator[Callable[[], None]]:
-    """The real client, instrumented and exporting to the app's /v1/traces as a new user would set it up.
+    """The real client, instrumented and exporting to the app as a new user would set it up.
 
-    No resource is named (the SDK's `unknown_service`): the agent and the version come from the answer's model.
-    Yields `flush`, which sends the finished spans.
+    No resource is named (the SDK's `unknown_service`): the agent and the version come from the
+    answer's model. Yields `flush`, which sends the finished spans, then the log records.
     """
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
-    provider = TracerProvider()
-    exporter = OTLPSpanExporter(endpoint=f"{live_server.url}/v1/traces",
-                                headers={"Authorization": f"Bearer {token}"}, timeout=30)  # fmt: skip
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000))
-    instrumentor = INSTRUMENTATIONS[request.param](provider)
+    instrument, capture = INSTRUMENTATIONS[request.param]
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", capture)
+    headers = {"Authorization": f"Bearer {token}"}
+    tracer_provider, logger_provider = TracerProvider(), LoggerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=f"{live_server.url}/v1/traces", headers=headers, timeout=30),
+        schedule_delay_millis=60_000))  # fmt: skip
+    logger_provider.add_log_record_processor(BatchLogRecordProcessor(
+        OTLPLogExporter(endpoint=f"{live_server.url}/v1/logs", headers=headers, timeout=30),
+        schedule_delay_millis=60_000))  # fmt: skip
+    instrumentor = instrument(tracer_provider, logger_provider)
+
+    def flush() -> None:
+        assert tracer_provider.force_flush(30_000) and logger_provider.force_flush(30_000), "an export failed"
+
     try:
-        yield lambda: _flushed(provider)
+        yield flush
     finally:
         instrumentor.uninstrument()
-        provider.shutdown()
-
-
-def _flushed(provider: Any) -> None:
-    assert provider.force_flush(30_000), "the exporter did not send the spans"
+        tracer_provider.shutdown()
+        logger_provider.shutdown()
 
 
 def ask(live_server, token: str) -> Any:
