@@ -82,6 +82,8 @@ def checks(token: str) -> dict[str, tuple[Any, Any]]:
             lambda h: fuzzing.check_api(client, token, h, envelope=True),
         ),
         "otlp": (fuzzing.hostile_exports(), lambda h: fuzzing.check_otlp(client, token, h)),
+        "otlp-openinference": (fuzzing.hostile_exports(fuzzing.openinference_export),
+                               lambda h: fuzzing.check_otlp(client, token, h)),  # fmt: skip
     }
 
 

@@ -11,6 +11,7 @@ from flywheel.ingest import api as ingest_api
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("v1/traces", ingest_api.otlp_traces, name="otlp_traces"),
+    path("v1/logs", ingest_api.otlp_logs, name="otlp_logs"),
     path("accounts/login/", public(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", public(auth_views.LogoutView.as_view()), name="logout"),
     path("admin/", admin.site.urls),

@@ -151,18 +151,34 @@ def _result_json(result: ItemResult) -> dict[str, Any]:
     return {"index": result.line, "status": result.status, "id": str(result.trajectory_id)}
 
 
-def _otlp_response(request: HttpRequest, rejected_spans: int, message: str) -> HttpResponse:
-    """ExportTraceServiceResponse, encoded like the request, with partial success when spans were refused."""
+def _otlp_response(request: HttpRequest, signal: str, rejected: int, message: str) -> HttpResponse:
+    """Export(Trace|Logs)ServiceResponse, encoded like the request, with partial success when some were refused."""
     if request.content_type == "application/x-protobuf":
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-        response = ExportTraceServiceResponse()
-        if rejected_spans:
-            response.partial_success.rejected_spans = rejected_spans
+        response = ExportTraceServiceResponse() if signal == "traces" else ExportLogsServiceResponse()
+        if rejected:
+            setattr(response.partial_success, "rejected_spans" if signal == "traces" else "rejected_log_records",
+                    rejected)  # fmt: skip
             response.partial_success.error_message = message
         return HttpResponse(response.SerializeToString(), content_type="application/x-protobuf")
-    body = {"partialSuccess": {"rejectedSpans": rejected_spans, "errorMessage": message}} if rejected_spans else {}
-    return JsonResponse(body)
+    counted = "rejectedSpans" if signal == "traces" else "rejectedLogRecords"
+    return JsonResponse({"partialSuccess": {counted: rejected, "errorMessage": message}} if rejected else {})
+
+
+def _otlp_export(request: AuthedRequest, signal: str) -> HttpResponse:
+    try:
+        export = otlp.export_decode(_body(request), request.content_type or "", signal)
+    except JsonInputError as exc:
+        return _error(exc.status, exc.message)
+    except otlp.ExportError as exc:
+        return _error(400, str(exc))
+    redactor = redactor_build(patterns=settings.INGEST_REDACT_DEFAULT, custom=[])
+    options = IngestOptions(format="otlp", source=otlp.SOURCE, redactor=redactor,
+                            agents_allowed=ingest_agent_names(user=request.user))  # fmt: skip
+    rejected, message = otlp.export_ingest(export=export, options=options)
+    return _otlp_response(request, signal, rejected, message)
 
 
 @permission_required(Perm.INGEST, api=True)
@@ -174,22 +190,18 @@ def otlp_traces(request: AuthedRequest) -> HttpResponse:
     The whole request is checked first; refused spans are never stored and are counted in
     `partial_success`, with the spans of traces that cannot be assembled yet.
     """
-    try:
-        export = otlp.export_decode(_body(request), request.content_type or "")
-    except JsonInputError as exc:
-        return _error(exc.status, exc.message)
-    except otlp.ExportError as exc:
-        return _error(400, str(exc))
-    redactor = redactor_build(patterns=settings.INGEST_REDACT_DEFAULT, custom=[])
-    allowed = ingest_agent_names(user=request.user)
-    otlp.foreign_spans_refuse(export, allowed)
-    options = IngestOptions(format="otlp", source=otlp.SOURCE, redactor=redactor, agents_allowed=allowed)
-    results = services.traces_assemble(trace_ids=otlp.spans_store(export.spans), options=options)
-    refused = [result.reason for result in results if result.status == "rejected"]
-    refused_traces = {reason.split(":", 1)[0].removeprefix("trace ") for reason in refused}
-    unassembled = sum(1 for span in export.spans if span["trace_id"] in refused_traces)
-    message = "; ".join([*export.refused, *refused])[:1000]
-    return _otlp_response(request, len(export.refused) + unassembled, message)
+    return _otlp_export(request, "traces")
+
+
+@permission_required(Perm.INGEST, api=True)
+@rate_limited("ingest")
+@require_POST
+def otlp_logs(request: AuthedRequest) -> HttpResponse:
+    """OTLP/HTTP logs export: GenAI inference events (a call's messages, in `event_only` capture) join their traces.
+
+    Any other log record is refused and counted in `partial_success`, as a bad span is on `/v1/traces`.
+    """
+    return _otlp_export(request, "logs")
 
 
 @permission_required(Perm.INGEST, api=True)

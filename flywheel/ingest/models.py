@@ -173,11 +173,15 @@ class OtlpSpan(models.Model):
 
     trace_id = models.CharField(max_length=32, db_index=True)
     span_id = models.CharField(max_length=16)
+    # The id of the model's answer when the span records a call (`gen_ai.response.id`): the chat
+    # endpoint's own record of the same call finds the trace by it.
+    response_id = models.CharField(max_length=255, blank=True, default="")
     payload = models.JSONField()
     received_at = models.DateTimeField()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["trace_id", "span_id"], name="otlp_span_unique")]
+        indexes = [models.Index(fields=["response_id"], condition=~models.Q(response_id=""), name="otlp_span_response")]
 
     def __str__(self) -> str:
         return f"{self.trace_id}/{self.span_id}"

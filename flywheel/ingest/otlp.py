@@ -1,32 +1,47 @@
-"""The OTLP/HTTP trace receiver's work: decode an export, check every span, keep the good ones.
+"""The OTLP/HTTP trace (and GenAI event) receiver's work: decode an export, check every span, keep the good ones.
 
 Exports arrive as protobuf (what the OpenTelemetry SDK's HTTP exporter sends) or JSON; both become
-the same normalised span dicts. The whole request is checked before anything is stored: a body
-that cannot be decoded, or whose structure above the spans is wrong, is an `ExportError` (400);
-a malformed span (an id that is not hex, a timestamp that is not a number, attributes of the
-wrong shape or too deep, GenAI attributes the parser cannot read) is refused on its own and
-counted in OTLP's `partial_success`, and is never stored, so it can never spoil its trace.
+the same normalised span dicts. Log exports (`/v1/logs`) are read for one thing: the GenAI
+inference event (`gen_ai.client.inference.operation.details`), where an instrumentation whose
+content capture is `event_only` puts a call's messages. Each such event becomes a stand-in span of
+its trace (its own id, `flywheel.event_of` naming the span it details), which the parser joins to
+that span; any other log record is refused, counted and logged like a bad span.
+
+The whole request is checked before anything is stored: a body that cannot be decoded, or whose
+structure above the spans is wrong, is an `ExportError` (400); a malformed span (an id that is
+not hex, a timestamp that is not a number, attributes of the wrong shape or too deep, GenAI
+attributes the parser cannot read) is refused on its own and counted in OTLP's `partial_success`,
+and is never stored, so it can never spoil its trace.
 
 Good spans are kept in `OtlpSpan` rows, because one trace may arrive over several exports; after
 each export, every trace it touched is assembled again from all its spans (parser `otlp`) and
 stored through the ingestion service, or its stored trajectory is brought up to date in place.
+Nothing is dropped silently: a refused span, and each span of a trace that cannot be assembled
+(no GenAI or OpenInference span in it, or chat spans without their messages), is counted in the
+answer's partial success with the reason, and logged.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import logging
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
 from flywheel.ingest.models import OtlpSpan
-from flywheel.ingest.parsers.otlp import span_agent, span_problem
+from flywheel.ingest.parsers.otlp import EVENT_OF, span_agent, span_problem, span_response_id
 from flywheel.ingest.reader import decode_any, tree_problem
 
+if TYPE_CHECKING:
+    from flywheel.ingest.services import IngestOptions
+
+logger = logging.getLogger(__name__)
 SOURCE = "otlp"
 # Attribute values nest through arrayValue / kvlistValue; deeper than this is refused.
 MAX_ATTRIBUTE_DEPTH = 16
@@ -35,6 +50,7 @@ UINT64_LIMIT = 1 << 64
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 DIGITS = re.compile(r"-?[0-9]{1,20}")
 STATUS_CODES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+GENAI_EVENT = "gen_ai.client.inference.operation.details"
 
 
 class ExportError(ValueError):
@@ -217,29 +233,70 @@ def _status_code(code: Any) -> int:
     return _integer(code or 0, "status.code", 0, 2)
 
 
-def export_from_protobuf(body: bytes) -> Export:
+def logs_from_json(export: Any) -> Export:
+    """Check every record of an ExportLogsServiceRequest in OTLP/JSON: GenAI inference events become spans."""
+    if not isinstance(export, dict):
+        raise ExportError("the body is not an ExportLogsServiceRequest object")
+    result = Export()
+    for resource_logs in _list(export, "resourceLogs"):
+        resource, problem = _resource(resource_logs.get("resource") or {})
+        for scope_logs in _list(resource_logs, "scopeLogs"):
+            for raw in _list(scope_logs, "logRecords"):
+                _event_into(result, raw, resource, problem)
+    return result
+
+
+def _event_into(result: Export, raw: dict[str, Any], resource: dict[str, Any], problem: str | None) -> None:
+    name = raw.get("eventName")
+    try:
+        if problem:
+            raise SpanError(problem)
+        if name != GENAI_EVENT:
+            raise SpanError(f"not the GenAI event the receiver reads ({GENAI_EVENT})")
+        span = span_from_json(_event_as_span(raw), resource)
+    except SpanError as exc:
+        result.refused.append(f"log record {name[:80] if isinstance(name, str) else '?'!r}: {exc}")
+        return
+    result.spans.append(span)
+
+
+def _event_as_span(raw: dict[str, Any]) -> dict[str, Any]:
+    """An inference event as a span of its trace: an id of its own (stable, so a re-sent event replaces itself)."""
+    detailed = _hex_id(raw.get("spanId"), 8, "spanId")
+    attributes = raw.get("attributes") or []
+    if not isinstance(attributes, list):
+        raise SpanError("attributes must be a list of {key, value}")
+    at = next((raw[key] for key in ("timeUnixNano", "observedTimeUnixNano") if raw.get(key) not in (None, 0, "0")), 0)
+    return {"traceId": raw.get("traceId"), "spanId": hashlib.sha256(f"event:{detailed}".encode()).hexdigest()[:16],
+            "name": GENAI_EVENT, "startTimeUnixNano": at, "endTimeUnixNano": at,
+            "attributes": [*attributes, {"key": EVENT_OF, "value": {"stringValue": detailed}}]}  # fmt: skip
+
+
+def _from_protobuf(body: bytes, signal: str) -> Any:
     from google.protobuf.json_format import MessageToDict
     from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    request = ExportTraceServiceRequest()
+    request = ExportTraceServiceRequest() if signal == "traces" else ExportLogsServiceRequest()
     try:
         request.ParseFromString(body)
     except (DecodeError, RecursionError) as exc:
-        raise ExportError(f"the body is not an ExportTraceServiceRequest: {exc}") from exc
-    return export_from_json(MessageToDict(request))
+        raise ExportError(f"the body is not an {type(request).__name__}: {exc}") from exc
+    return MessageToDict(request)
 
 
-def export_decode(body: bytes, content_type: str) -> Export:
-    """The checked spans of an export body (protobuf or JSON); ExportError when it cannot be read."""
+def export_decode(body: bytes, content_type: str, signal: str = "traces") -> Export:
+    """The checked spans of a trace (or logs) export body, protobuf or JSON; ExportError when it cannot be read."""
+    read = export_from_json if signal == "traces" else logs_from_json
     if content_type.startswith("application/x-protobuf"):
-        return export_from_protobuf(body)
+        return read(_from_protobuf(body, signal))
     try:
         # Bad bytes and NaN become values the span check refuses, so they cost one span, not the request.
         export = decode_any(body.decode("utf-8", errors="surrogateescape"))
     except (ValueError, RecursionError) as exc:
         raise ExportError(f"the body is not valid OTLP/JSON: {exc}") from exc
-    return export_from_json(export)
+    return read(export)
 
 
 def foreign_spans_refuse(export: Export, allowed: frozenset[str] | None) -> None:
@@ -260,11 +317,12 @@ def spans_store(spans: list[dict[str, Any]]) -> set[str]:
     """Keep the spans (a re-sent span replaces its earlier copy); the trace ids they touched."""
     now = timezone.now()
     rows = [
-        OtlpSpan(trace_id=span["trace_id"], span_id=span["span_id"], payload=span, received_at=now) for span in spans
-    ]
-    OtlpSpan.objects.bulk_create(
-        rows, update_conflicts=True, unique_fields=["trace_id", "span_id"], update_fields=["payload", "received_at"]
-    )
+        OtlpSpan(trace_id=span["trace_id"], span_id=span["span_id"], response_id=span_response_id(span), payload=span,
+                 received_at=now)
+        for span in spans
+    ]  # fmt: skip
+    OtlpSpan.objects.bulk_create(rows, update_conflicts=True, unique_fields=["trace_id", "span_id"],
+                                 update_fields=["payload", "response_id", "received_at"])  # fmt: skip
     return {span["trace_id"] for span in spans}
 
 
@@ -272,3 +330,23 @@ def trace_record(trace_id: str) -> dict[str, Any]:
     spans = [row.payload for row in OtlpSpan.objects.filter(trace_id=trace_id)]
     resource: Any = next((span["resource"] for span in spans if isinstance(span, dict) and span.get("resource")), {})
     return {"trace_id": trace_id, "resource": resource, "spans": spans}
+
+
+def export_ingest(*, export: Export, options: IngestOptions) -> tuple[int, str]:
+    """Keep the export's spans and assemble the traces they touched: (spans not used, why), the why logged.
+
+    Spans not used are the refused ones and every span of a trace that could not be assembled; a
+    trace whose spans are still to come is assembled again when they come.
+    """
+    from flywheel.ingest.services import traces_assemble
+
+    foreign_spans_refuse(export, options.agents_allowed)
+    results = traces_assemble(trace_ids=spans_store(export.spans), options=options)
+    refused = [result.reason for result in results if result.status == "rejected"]
+    refused_traces = {reason.split(":", 1)[0].removeprefix("trace ") for reason in refused}
+    unassembled = sum(1 for span in export.spans if span["trace_id"] in refused_traces)
+    message = "; ".join([*export.refused, *refused])[:1000]
+    if export.refused or unassembled:
+        logger.warning("OTLP export: %d span(s) refused, %d in traces not assembled: %s", len(export.refused),
+                       unassembled, message)  # fmt: skip
+    return len(export.refused) + unassembled, message

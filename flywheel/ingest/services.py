@@ -44,7 +44,7 @@ from flywheel.core.models import Agent
 from flywheel.core.selectors import ingest_agent_names
 from flywheel.core.services import audit_record, outbox_due, outbox_send, tools_normalize
 from flywheel.ingest.catalogue import Observed, catalogues_update, observe_calls
-from flywheel.ingest.models import Feedback, Step, Trajectory, Upload
+from flywheel.ingest.models import Feedback, OtlpSpan, Step, Trajectory, Upload
 from flywheel.ingest.parsers import FORMAT_CHOICES, FieldMapping, ParsedTrajectory, RecordError, parse_record
 from flywheel.ingest.prefetch import ahead
 from flywheel.ingest.reader import FileProblem, RawRecord, ReadLimits, read_records
@@ -444,15 +444,92 @@ def traces_assemble(*, trace_ids: Iterable[str], options: IngestOptions) -> list
         prepared = _prepare(RawRecord(0, trace_record(trace_id)), options)
         if isinstance(prepared, ItemResult):
             results.append(ItemResult(0, "rejected", reason=f"trace {trace_id}: {prepared.reason}"))
-            continue
-        existing = Trajectory.objects.filter(
-            agent__name=prepared.parsed.agent, source=prepared.source, external_id=trace_id
-        ).first()
-        if existing is None:
-            results += _store_batch([prepared], options, agents)
         else:
-            results.append(_trajectory_refresh(existing, prepared, agents))
+            results.append(_trace_store(trace_id, prepared, options, agents))
     return results
+
+
+@transaction.atomic
+def _trace_store(trace_id: str, prepared: _Pending, options: IngestOptions, agents: dict[str, Agent]) -> ItemResult:
+    """A trace of one call that the chat endpoint recorded enriches that record; any other is stored or refreshed."""
+    call = prepared.parsed.metadata.get("response_id", "")
+    if call:
+        _call_lock(call)
+        served = Trajectory.objects.filter(agent__name=prepared.parsed.agent, source=SERVED_SOURCE,
+                                           external_id=call).first()  # fmt: skip
+        if served is not None:
+            return _served_enrich(served, trace_id, prepared.parsed)
+    existing = Trajectory.objects.filter(
+        agent__name=prepared.parsed.agent, source=prepared.source, external_id=trace_id
+    ).first()
+    if existing is None:
+        return _store_batch([prepared], options, agents)[0]
+    return _trajectory_refresh(existing, prepared, agents)
+
+
+# --- one call, two reports -------------------------------------------------------------------
+# The chat endpoint records each answer (source `served`, id = the answer's id), and a client
+# instrumented with OpenTelemetry may export the same call as a trace (source `otlp`). They are
+# one trajectory, whichever comes first: the served record is kept (it knows the exact version
+# and adapter, and feedback finds it by the answer's id) and the trace is folded into its
+# metadata under `otlp`. Only a trace of that one call and nothing else is folded: a trace of
+# several calls (an agent's episode) is a trajectory of its own, its calls' ids in `response_ids`.
+
+SERVED_SOURCE = "served"
+
+
+def served_call_ingest(*, record: dict[str, Any], options: IngestOptions) -> ItemResult:
+    """Store the chat endpoint's record of one call (its `id` is the answer's id), once.
+
+    Where the exported trace of the same call was stored first, that trajectory becomes this
+    record in place (same row: its id, reviews and feedback stay), the trace kept under `otlp`.
+    """
+    prepared = _prepare(RawRecord(0, value=record), options)
+    if isinstance(prepared, ItemResult):
+        return prepared
+    answer_id = prepared.parsed.external_id
+    with transaction.atomic():
+        if answer_id:
+            _call_lock(answer_id)
+        traced = _traced_call(answer_id, prepared.parsed.agent) if answer_id else None
+        if traced is None or _existing_keys([prepared]):  # a second delivery: a duplicate, as ingest says
+            return _store_batch([prepared], options, {})[0]
+        prepared.parsed.metadata["otlp"] = _trace_summary(traced.external_id, traced.metadata, traced.duration_ms)
+        return _trajectory_refresh(traced, prepared, {})
+
+
+def _traced_call(answer_id: str, agent_name: str) -> Trajectory | None:
+    """The stored trajectory of a trace that is this one call and nothing else, or None."""
+    from flywheel.ingest.otlp import SOURCE
+
+    trace_ids = OtlpSpan.objects.filter(response_id=answer_id).values_list("trace_id", flat=True)
+    return Trajectory.objects.filter(agent__name=agent_name, source=SOURCE, external_id__in=list(trace_ids),
+                                     metadata__response_id=answer_id).first()  # fmt: skip
+
+
+def _served_enrich(served: Trajectory, trace_id: str, traced: ParsedTrajectory) -> ItemResult:
+    """Fold a trace of the served call into its record: the trace's summary, and tokens the record lacked."""
+    metadata = {**served.metadata, "otlp": _trace_summary(trace_id, traced.metadata, traced.duration_ms)}
+    Trajectory.objects.filter(pk=served.pk).update(
+        metadata=metadata,
+        input_tokens=served.input_tokens if served.input_tokens is not None else traced.input_tokens,
+        output_tokens=served.output_tokens if served.output_tokens is not None else traced.output_tokens,
+    )
+    return ItemResult(0, "duplicate", served.id)
+
+
+def _trace_summary(trace_id: str, metadata: dict[str, Any], duration_ms: int | None) -> dict[str, Any]:
+    """What a trace adds to the served record of its call: its id, resource, other spans, the client's duration."""
+    kept: dict[str, Any] = {key: metadata[key] for key in ("resource", "other_spans", "models") if key in metadata}
+    return {"trace_id": trace_id, "client_duration_ms": duration_ms, **kept}
+
+
+def _call_lock(answer_id: str) -> None:
+    """Serialize the two reports of one call until the transaction ends (PostgreSQL; SQLite writes one at a time)."""
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"call:{answer_id}"])
 
 
 @transaction.atomic

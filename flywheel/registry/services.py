@@ -32,8 +32,7 @@ from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
 from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, outbox_send
 from flywheel.datasets.models import Split, TaskSetSnapshot
-from flywheel.ingest.reader import RawRecord
-from flywheel.ingest.services import IngestOptions, ItemResult, records_ingest, redactor_build
+from flywheel.ingest.services import IngestOptions, redactor_build, served_call_ingest
 from flywheel.registry import guardrails, selectors, storage, traffic
 from flywheel.registry.models import (
     Deployment,
@@ -413,7 +412,8 @@ def served_store(*, exchange_id: uuid.UUID | str) -> str:
 
     Its status: stored, duplicate, rejected (logged), or `gone` when an earlier delivery stored it.
     The record's id (the answer's id) is the dedup key in the `served` source, so a second delivery
-    racing the first stores nothing twice.
+    racing the first stores nothing twice; and a trace of the same call that the client exported
+    over OTLP is the same trajectory (`ingest.services.served_call_ingest`), whichever came first.
     """
     exchange = ServedExchange.objects.select_related("agent").filter(pk=exchange_id).first()
     if exchange is None:
@@ -421,14 +421,12 @@ def served_store(*, exchange_id: uuid.UUID | str) -> str:
     agent = exchange.agent
     options = IngestOptions(format=traffic.FORMAT, agent=agent.name, source=traffic.SOURCE,
                             redactor=redactor_build(patterns=settings.INGEST_REDACT_DEFAULT, custom=[]))  # fmt: skip
-    results: list[ItemResult] = []
     with transaction.atomic():
-        records_ingest(records=[RawRecord(0, value={**exchange.record, "agent": agent.name})], options=options,
-                       on_result=results.append)  # fmt: skip
+        result = served_call_ingest(record={**exchange.record, "agent": agent.name}, options=options)
         ServedExchange.objects.filter(pk=exchange.pk).delete()
-    if results[0].status == "rejected":
-        logger.warning("a served answer of %s could not be stored: %s", agent.name, results[0].reason)
-    return results[0].status
+    if result.status == "rejected":
+        logger.warning("a served answer of %s could not be stored: %s", agent.name, result.reason)
+    return result.status
 
 
 def served_sweep(*, resend_after: timedelta | None = None, grace: timedelta | None = None) -> list[uuid.UUID]:

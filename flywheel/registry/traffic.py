@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from flywheel.ingest.services import SERVED_SOURCE
 from flywheel.registry.guardrails import BLOCKED, StreamGuard, Verdict, call_delta_merge
 
 logger = logging.getLogger(__name__)
 FORMAT = "openai-chat"
-SOURCE = "served"  # the dedup namespace of recorded answers' ids, apart from what agents send
+SOURCE = SERVED_SOURCE  # the dedup namespace of recorded answers' ids, apart from what agents send
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,27 @@ order, following the GenAI semantic conventions:
 this assembly can read); the receiver refuses spans that fail it, and `parse` skips any stored
 span that fails it, so one bad span never spoils its trace.
 
-The agent is `flywheel.agent`, else `gen_ai.agent.name`, else the resource's `service.name`; the
-model version tag is `flywheel.model_version` (resource or span), else `service.version`; the
-outcome is `flywheel.outcome` on any span, else failure when a span has an error status. Spans
-that are not GenAI spans, and attributes nothing reads, are kept as metadata.
+OpenInference spans (`openinference.span.kind` LLM and TOOL, as Phoenix's instrumentations emit
+them) are read through `parsers.openinference`, which gives them these GenAI attributes. A GenAI
+inference event received over `/v1/logs` (an instrumentation's `event_only` content capture) is a
+stand-in span marked `flywheel.event_of`: its messages join the span it details, or, while that
+span has not come, it stands for the span.
+
+The agent is `flywheel.agent`, else `gen_ai.agent.name`, else the resource's `service.name` (not
+the SDK's `unknown_service` default), else the agent that a response model of the form `name:vN`
+names; the model version tag is `flywheel.model_version` (resource or span), else `service.version`,
+else a response (or request) model `name:vN` of the trajectory's agent: what the app's chat
+endpoint answers with. The outcome is `flywheel.outcome` on any span, else failure when a span
+has an error status. Spans that are not GenAI spans, and attributes nothing reads, are kept as
+metadata. The calls' response ids (`gen_ai.response.id`) are kept too: a trace of one call and
+nothing else records `response_id`, by which the ingest service knows it for the chat endpoint's
+own record of the same call.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,6 +53,7 @@ from flywheel.ingest.parsers.base import (
     storable_problem,
     text_from,
 )
+from flywheel.ingest.parsers.openinference import genai_attributes
 from flywheel.ingest.reader import decode_value
 
 NAME = "otlp"
@@ -52,7 +65,17 @@ READ_ATTRIBUTES = {
     "gen_ai.tool.definitions", "gen_ai.tool.name", "gen_ai.tool.call.id", "gen_ai.tool.call.arguments",
     "gen_ai.tool.call.result", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
     "flywheel.outcome", "flywheel.model_version", "flywheel.agent", "gen_ai.request.model", "gen_ai.response.model",
+    "gen_ai.response.id", "flywheel.event_of",
 }  # fmt: skip
+EVENT_OF = "flywheel.event_of"  # on an inference event received as a log: the span it details
+VERSION_TAG = re.compile(r"([A-Za-z0-9_-]{1,100}):v[0-9]{1,9}")
+SDK_DEFAULT_SERVICE = "unknown_service"  # what the OpenTelemetry SDKs name a service nobody named
+NO_CONTENT = (
+    "its chat spans carry no messages (yet): turn on the instrumentation's content capture "
+    "(opentelemetry-instrumentation-openai-v2: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only, "
+    "or event_only with its logs exported to /v1/logs)"
+)
+MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model")
 ROLE_KINDS = {"system": "system", "user": "user", "assistant": "assistant"}
 SPAN_FIELDS: dict[str, type] = {
     "trace_id": str, "span_id": str, "name": str, "start_ns": int, "end_ns": int, "attributes": dict,
@@ -69,7 +92,8 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
     trace_id, stored = record.get("trace_id"), record.get("spans")
     if not isinstance(trace_id, str) or not isinstance(stored, list):
         raise RecordError("a trace record needs a 'trace_id' string and a 'spans' list")
-    spans = sorted((span for span in stored if span_problem(span) is None), key=lambda span: span["start_ns"])
+    good = [span for span in stored if span_problem(span) is None]
+    spans = _events_joined(sorted((genai_view(span) for span in good), key=lambda span: span["start_ns"]))
     if not spans:
         raise RecordError("the trace has no spans")
     resource = record["resource"] if isinstance(record.get("resource"), dict) else {}
@@ -77,17 +101,25 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
     for span in spans:
         assembly.add(span)
     if not assembly.steps:
+        if assembly.inference_spans:
+            raise RecordError(NO_CONTENT)
         raise RecordError("the trace has no GenAI spans (gen_ai.operation.name) to build a trajectory from")
     every = [resource, *(span["attributes"] for span in spans)]
     start, end = spans[0]["start_ns"], max(span["end_ns"] for span in spans)
-    metadata = {"resource": resource, "other_spans": assembly.other_spans, "models": sorted(assembly.models)}
+    metadata: dict[str, Any] = {"resource": resource, "other_spans": assembly.other_spans,
+                                "models": sorted(assembly.models)}  # fmt: skip
     if len(spans) < len(stored):
         metadata["skipped_spans"] = len(stored) - len(spans)
+    if assembly.response_ids:
+        metadata["response_ids"] = assembly.response_ids
+    if assembly.response_ids and assembly.inference_spans == 1 and not assembly.tool_spans:
+        metadata["response_id"] = assembly.response_ids[0]
+    agent = _agent_of(every, resource, assembly.models)
     return ParsedTrajectory(
         steps=assembly.steps,
         external_id=trace_id,
-        agent=slugify(_first(every, "flywheel.agent", "gen_ai.agent.name") or resource.get("service.name") or "")[:100],
-        model_version=str(_first(every, "flywheel.model_version") or resource.get("service.version") or "")[:100],
+        agent=agent,
+        model_version=_version_of(every, resource, agent, assembly.tags),
         outcome=_outcome(spans),
         final_result=next((s.text for s in reversed(assembly.steps) if s.kind == "assistant" and s.text), ""),
         started_at=datetime.fromtimestamp(start / 1e9, tz=UTC),
@@ -97,6 +129,19 @@ def parse(record: dict[str, Any], mapping: FieldMapping) -> ParsedTrajectory:
         metadata=metadata,
         tools=assembly.tools,
     )
+
+
+def _events_joined(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Inference events (from logs) joined to the spans they detail; one whose span is not here stands for it."""
+    detailed = {span["span_id"]: span for span in spans if EVENT_OF not in span["attributes"]}
+    joined = []
+    for span in spans:
+        target = detailed.get(span["attributes"].get(EVENT_OF))
+        if target is None:
+            joined.append(span)
+        else:  # the event's messages, the span's own attributes and timing
+            target["attributes"] = {**span["attributes"], **target["attributes"]}
+    return joined
 
 
 def span_problem(span: Any) -> str | None:
@@ -109,7 +154,7 @@ def span_problem(span: Any) -> str | None:
             return f"the span's {name} is missing or not a {kind.__name__}"
     try:
         assembly = _Assembly()
-        assembly.add(span)
+        assembly.add(genai_view(span))
         _outcome([span])
         _tools_check(assembly.tools)
     except RecordError as exc:
@@ -131,8 +176,39 @@ def _tools_check(tools: list[Any]) -> None:
 def span_agent(span: dict[str, Any]) -> str:
     """The agent one span names on its own (its attributes, else its resource), as a trace names it."""
     resource = span.get("resource") or {}
-    named = _first([resource, span.get("attributes") or {}], "flywheel.agent", "gen_ai.agent.name")
-    return slugify(named or resource.get("service.name") or "")[:100]
+    attributes = genai_attributes(span.get("attributes") or {})
+    models = {str(attributes[key]) for key in MODEL_KEYS if attributes.get(key)}
+    return _agent_of([resource, attributes], resource, models)
+
+
+def span_response_id(span: dict[str, Any]) -> str:
+    """The response id of the model call a span records (GenAI or OpenInference), or ""."""
+    attributes = genai_attributes(span.get("attributes") or {})
+    value = attributes.get("gen_ai.response.id")
+    return value[:255] if isinstance(value, str) and attributes.get("gen_ai.operation.name") in INFERENCE_SPANS else ""
+
+
+def genai_view(span: dict[str, Any]) -> dict[str, Any]:
+    """The span with its attributes in GenAI form (OpenInference spans translated)."""
+    return {**span, "attributes": genai_attributes(span["attributes"])}
+
+
+def _agent_of(attribute_sets: list[dict[str, Any]], resource: dict[str, Any], models: set[str]) -> str:
+    named = _first(attribute_sets, "flywheel.agent", "gen_ai.agent.name")
+    service = resource.get("service.name")
+    if not named and isinstance(service, str) and not service.startswith(SDK_DEFAULT_SERVICE):
+        named = service
+    if not named:
+        named = next((match[1] for model in sorted(models) if (match := VERSION_TAG.fullmatch(model))), "")
+    return slugify(named or "")[:100]
+
+
+def _version_of(attribute_sets: list[dict[str, Any]], resource: dict[str, Any], agent: str, tags: list[str]) -> str:
+    """The declared version tag, else the last call's model when it is `agent:vN` (the chat endpoint's answer)."""
+    declared = _first(attribute_sets, "flywheel.model_version") or resource.get("service.version")
+    if declared:
+        return str(declared)[:100]
+    return next((tag for tag in reversed(tags) if (match := VERSION_TAG.fullmatch(tag)) and match[1] == agent), "")
 
 
 def _first(attribute_sets: list[dict[str, Any]], *names: str) -> Any:
@@ -179,6 +255,9 @@ class _Assembly:
         self.results_seen: set[str] = set()
         self.input_tokens = self.output_tokens = 0
         self.opened = False
+        self.inference_spans = self.tool_spans = 0
+        self.response_ids: list[str] = []
+        self.tags: list[str] = []  # each call's response model, else its request model, in order
 
     def add(self, span: dict[str, Any]) -> None:
         attributes = span["attributes"]
@@ -192,9 +271,12 @@ class _Assembly:
 
     def _inference_span(self, span: dict[str, Any]) -> None:
         attributes = span["attributes"]
-        self.models.update(
-            str(attributes[key]) for key in ("gen_ai.request.model", "gen_ai.response.model") if attributes.get(key)
-        )
+        self.inference_spans += 1
+        self.models.update(str(attributes[key]) for key in MODEL_KEYS if attributes.get(key))
+        if model := attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model"):
+            self.tags.append(str(model))
+        if isinstance(response_id := attributes.get("gen_ai.response.id"), str) and response_id:
+            self.response_ids.append(response_id[:255])
         if isinstance(tools := _json_attribute(attributes, "gen_ai.tool.definitions"), list):
             self.tools = tools
         inputs = _messages_attribute(attributes, "gen_ai.input.messages")
@@ -270,6 +352,7 @@ class _Assembly:
 
     def _tool_span(self, span: dict[str, Any]) -> None:
         attributes = span["attributes"]
+        self.tool_spans += 1
         call_id, name = (
             str(attributes.get("gen_ai.tool.call.id") or span["span_id"]),
             str(attributes.get("gen_ai.tool.name") or ""),

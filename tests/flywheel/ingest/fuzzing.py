@@ -369,10 +369,28 @@ class HostileExport:
         return f"HostileExport({self.content_type}, spoiled {self.spoiled_trace}, body {self.body[:1500]!r})"
 
 
+def openinference_export() -> dict[str, Any]:
+    """The recorded export of openinference-instrumentation-openai (tests/fixtures/otlp), as two traces of
+    fresh ids (hex): an agent span around two LLM spans, whose messages are flattened attributes."""
+    recorded = json.loads((Path(__file__).parents[2] / "fixtures" / "otlp" / "openinference.json").read_text())
+    export: dict[str, Any] = {"resourceSpans": []}
+    for _ in range(2):
+        copied = copy.deepcopy(recorded["traces"])
+        trace_id, span_ids = os.urandom(16).hex(), {}
+        for span in spans_of(copied):
+            span_ids.setdefault(span["spanId"], os.urandom(8).hex())
+        for span in spans_of(copied):
+            span.update(traceId=trace_id, spanId=span_ids[span["spanId"]])
+            if "parentSpanId" in span:
+                span["parentSpanId"] = span_ids[span["parentSpanId"]]
+        export["resourceSpans"] += copied["resourceSpans"]
+    return export
+
+
 @st.composite
-def hostile_exports(draw: st.DrawFn) -> HostileExport:
-    """An SDK export of two traces with one span of the second spoiled (as JSON), or its protobuf bytes spoiled."""
-    original = sdk_export()
+def hostile_exports(draw: st.DrawFn, recorded: Callable[[], dict[str, Any]] = sdk_export) -> HostileExport:
+    """An export of two traces with one span of the second spoiled (as JSON), or its protobuf bytes spoiled."""
+    original = recorded()
     traces = sorted({span["traceId"] for span in spans_of(original)})
     good_trace, spoiled_trace = traces[0], traces[1]
     if draw(st.booleans()):

@@ -52,6 +52,16 @@ def test_the_otlp_receiver_refuses_bad_spans_alone_and_no_trace_freezes(client, 
     assert ran == EXAMPLES
 
 
+def test_openinference_spans_spoiled_one_at_a_time_cost_only_their_span(client, token):
+    """The same invariant on what openinference-instrumentation-openai really exports (flattened messages)."""
+    ran = fuzzing.run_property(
+        fuzzing.hostile_exports(fuzzing.openinference_export),
+        lambda hostile: fuzzing.check_otlp(client, token, hostile),
+        examples=EXAMPLES, derandomize=True, on_problems=fail,
+    )  # fmt: skip
+    assert ran == EXAMPLES
+
+
 def test_the_checks_catch_a_lost_good_line(monkeypatch):
     """The invariant has teeth: a store that drops the last good record is reported."""
     from flywheel.ingest import services
