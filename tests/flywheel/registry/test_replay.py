@@ -264,7 +264,7 @@ def test_the_panel_polls_while_a_replay_runs_and_the_trajectory_page_loads_it(cl
     text = client.get(reverse("registry:trajectory_replays", args=[trajectory.pk])).content.decode()
     assert 'hx-trigger="every 2s"' in text and "queued" in text and "<form" in text
     page = client.get(reverse("ingest:trajectory_detail", args=[trajectory.pk])).content.decode()
-    assert reverse("registry:trajectory_replays", args=[trajectory.pk]) in page
+    assert f'hx-get="{reverse("registry:trajectory_replays", args=[trajectory.pk])}" hx-trigger="load"' in page
 
 
 @pytest.mark.parametrize(("role", "status"), [(Role.TRAINER, 302), (Role.APPROVER, 302), (Role.VIEWER, 403),
@@ -277,6 +277,12 @@ def test_launching_from_the_page_is_for_trainers_and_approvers(client, trajector
     assert Replay.objects.filter(version=version).exists() == (status == 302)
     if status == 302:
         assert response["Location"].endswith(f"/trajectories/{trajectory.pk}/#replays")
+
+
+def test_a_viewer_is_refused_before_the_form_is_read(client, trajectory, make_user):
+    client.force_login(make_user(Role.VIEWER))
+    response = client.post(reverse("registry:replay_launch", args=[trajectory.pk]), {"version": "not-a-version"})
+    assert response.status_code == 403
 
 
 def test_an_htmx_launch_answers_with_the_panel_and_a_refusal_with_the_reason(client, trajectory, register, make_user):
