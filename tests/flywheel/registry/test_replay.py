@@ -255,6 +255,10 @@ def test_a_viewer_sees_the_replays_beside_the_recorded_answer_but_no_form(
     page = client.get(reverse("registry:replay_detail", args=[replay.pk])).content.decode()
     assert "Recorded at step #2" in page
     assert "support-bot:v1 answered" in page and "Where is order 17?" in page
+    # The job behind it is listed among jobs and links back to the replay.
+    job_page = client.get(reverse("training:job_detail", args=[replay.job_id])).content.decode()
+    assert reverse("registry:replay_detail", args=[replay.pk]) in job_page and "1 carried by the job" in job_page
+    assert "1 replay case" in client.get(reverse("training:job_list")).content.decode()
 
 
 def test_the_panel_polls_while_a_replay_runs_and_the_trajectory_page_loads_it(client, trajectory, register, make_user):
