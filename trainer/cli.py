@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_job(sub, "gate", "compare a candidate adapter with the live one and decide on promotion", "trainer.gate")
     add_job(sub, "mine", "keep the train tasks the model solves sometimes but not always (hard-task mining)",
             "trainer.mine")
+    add_job(sub, "replay", "answer a failing step's conversation again with a version and score both answers",
+            "trainer.replay")
     add_serve(sub)
     add_chat_template(sub)
     add_models(sub)

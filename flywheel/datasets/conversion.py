@@ -5,7 +5,8 @@ The messages are the trajectory's steps before the marked step, turned back into
 messages (tool calls as assistant `tool_calls`, results as `tool` messages); the tools are the
 agent's catalogue; the wrong call is the marked step's. For tau-bench trajectories the record's
 ground-truth actions (`metadata.info.task.actions`) are offered as the expected call, the one
-naming the same tool first. Reads only; the service saves.
+naming the same tool first. Reads only; the service saves. `answer_message` is the marked step as
+the answer it recorded (the registry's replay scores it beside a version's new answer).
 
 An episode draft (`episode_draft`) keeps the conversation up to and including a user turn
 (by default the last one before the failing step); its expected calls are the ground-truth
@@ -78,6 +79,23 @@ def _messages(steps: list[Step]) -> list[dict[str, Any]]:
         elif step.kind == StepKind.TOOL_RESULT:
             messages.append({"role": "tool", "tool_call_id": step.tool_call_id, "content": step.text})
     return messages
+
+
+def answer_message(step: Step) -> dict[str, Any] | None:
+    """The step as the assistant message that answered at that point (a call, or a text); None for other kinds.
+
+    What the trajectory recorded where a task drafted at this step expects its answer: the replay
+    of a failing step shows and scores it beside a version's new answer.
+    """
+    if step.kind not in (StepKind.TOOL_CALL, StepKind.ASSISTANT):
+        return None
+    messages = _messages([step])
+    return messages[0] if messages else None
+
+
+def step_source_ref(step_index: int) -> str:
+    """The `source_ref` of the next-call task drafted at `step_index` (a replay finds the task by it)."""
+    return f"step {step_index}"
 
 
 def _actions(trajectory: Trajectory) -> list[tuple[str, dict[str, Any]]]:

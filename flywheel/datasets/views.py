@@ -17,7 +17,7 @@ from flywheel.core.selectors import choices_limit, sees_all_agents
 from flywheel.core.services import audit_record
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets import selectors, services
-from flywheel.datasets.conversion import environment_column, episode_draft, task_draft
+from flywheel.datasets.conversion import environment_column, episode_draft, step_source_ref, task_draft
 from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
 from flywheel.datasets.forms import SnapshotForm, TaskEditForm, TaskFilterForm, TaskWriteForm
 from flywheel.datasets.models import Environment, RegressionTask, SourceKind, TaskSetSnapshot
@@ -145,7 +145,7 @@ def task_from_trajectory(request: AuthedRequest, trajectory_id: UUID) -> HttpRes
     form = TaskWriteForm(request.POST or None, initial=initial, episode=episode.episode if episode else None)
     origin = services.TaskOrigin(
         source_kind=SourceKind.TRAJECTORY, source_trajectory_id=trajectory.id,
-        source_ref=f"episode from step {episode.start_index}" if episode else f"step {draft.step_index}",
+        source_ref=f"episode from step {episode.start_index}" if episode else step_source_ref(draft.step_index),
         environment=environment_column(str(episode.episode.environment)) if episode else Environment.SINGLE_STEP,
     )  # fmt: skip
     saved = _save_written(request, form, trajectory.agent, origin)

@@ -1,4 +1,4 @@
-"""Forms of the registry pages: promote, roll back, launch a gate, edit an agent's gate policy."""
+"""Forms of the registry pages: promote, roll back, launch a gate or a replay, edit an agent's gate policy."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from trainer.spec.gate import LATENCY_SIGNALS, METRICS, TESTS, Policy
 NO_VERSION = "none"
 # No regression_sample_size: a gate checks every regression task unless told to sample them.
 DEFAULT_GATE_OPTIONS = {"device": "cpu", "batch_size": 8, "max_new_tokens": 96, "heldout_sample_size": 50}
+DEFAULT_REPLAY_OPTIONS = {"max_new_tokens": 256}
 
 
 class ExpectedLiveField(forms.CharField):
@@ -99,3 +100,25 @@ class GatePolicyForm(forms.Form):
     @classmethod
     def for_policy(cls, policy: Policy, data: Any = None) -> GatePolicyForm:
         return cls(data, initial=policy.to_json())
+
+
+class VersionChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Any) -> str:
+        return f"{obj.tag} · {obj.base_model}"
+
+
+class ReplayForm(forms.Form):
+    """Which version answers the failing step again (and, optionally, another step and generation settings)."""
+
+    version = VersionChoiceField(queryset=ModelVersion.objects.none(), empty_label=None)
+    step = forms.IntegerField(
+        min_value=0, required=False, help_text="Empty: the failing step (as a task drafted from the trajectory)."
+    )
+    options = JSONObjectField(
+        widget=forms.Textarea(attrs={"rows": 3}), initial=DEFAULT_REPLAY_OPTIONS, required=False,
+        example='{"device": "cpu"}', help_text="Generation settings of trainer.spec.replay.ReplayConfig.",
+    )  # fmt: skip
+
+    def __init__(self, *args: Any, versions: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["version"].queryset = versions  # type: ignore[attr-defined]

@@ -1,4 +1,5 @@
-"""Registry rows: model versions, gate policies and results, deployments, the live pointer, served answers.
+"""Registry rows: model versions, gate policies and results, deployments, the live pointer, served answers,
+replays of failing steps.
 
 Nothing here is ever deleted (PROTECT everywhere, no delete in the admin): the versions and
 the deployments are the history of what served each agent. The exception is `ServedExchange`, an
@@ -7,6 +8,8 @@ the unique `LivePointer.agent`; the services change it under a row lock on the a
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -171,3 +174,59 @@ class ServedExchange(UUIDModel):
 
     def __str__(self) -> str:
         return str(self.record.get("id", self.pk))
+
+
+class ReplayStatus(models.TextChoices):
+    PENDING = "pending", "Running"
+    DONE = "done", "Answered"
+    ERROR = "error", "Did not finish"
+
+
+class Replay(UUIDModel, TimestampedModel):
+    """A trajectory's failing step answered again by a version (`flywheel.registry.replay`), with both answers' scores.
+
+    One replay per trajectory, version and step, unless an earlier one did not finish: greedy
+    decoding would answer the same again, so a second launch returns the first.
+    """
+
+    trajectory = models.ForeignKey("ingest.Trajectory", on_delete=models.CASCADE, related_name="replays")
+    version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="replays")
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="replay")
+    step_index = models.PositiveIntegerField(help_text="The failing step: the conversation was cut just before it.")
+    was_live = models.BooleanField(help_text="Whether the version was the live one when the replay was launched.")
+    expected_source = models.CharField(
+        max_length=300, blank=True, help_text="Where the expected answer came from (a task); empty: none is known."
+    )
+    status = models.CharField(max_length=8, choices=ReplayStatus.choices, default=ReplayStatus.PENDING, db_index=True)
+    answer = models.TextField(blank=True, help_text="What the version answered.")
+    scores = models.JSONField(default=dict, blank=True, help_text="The answer's scores (trainer.verifiers.answer).")
+    original_scores = models.JSONField(
+        null=True, blank=True, help_text="The recorded answer's scores, by the same checks; null when it had none."
+    )
+    usage = models.JSONField(default=dict, blank=True, help_text="Tokens, latency and whether the answer finished.")
+    error = models.TextField(blank=True)
+    launched_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["trajectory", "version", "step_index"], condition=~models.Q(status="error"),
+                name="replay_one_per_version_and_step",
+            ),
+        ]  # fmt: skip
+
+    def __str__(self) -> str:
+        return f"replay of step {self.step_index} by {self.version}: {self.get_status_display()}"
+
+    @property
+    def case(self) -> dict[str, Any]:
+        """What was sent: the conversation, the tools, the recorded answer (`original`) and the expected one."""
+        return dict(self.job.cases[0]) if self.job.cases else {}
+
+    @property
+    def ended_unrecorded(self) -> bool:
+        """Still pending though its job ended (lost by its worker, or cancelled while queued)."""
+        return self.status == ReplayStatus.PENDING and self.job.is_finished

@@ -18,10 +18,20 @@ from django.contrib.auth.models import User
 from django.db.models import Count, Q, QuerySet
 
 from flywheel.core.models import Agent, AuditEvent
+from flywheel.core.roles import Perm
 from flywheel.core.selectors import agents_filter, visible_agents
 from flywheel.ingest.models import Outcome, Trajectory
 from flywheel.registry import guardrails, storage
-from flywheel.registry.models import Deployment, GatePolicy, GateResult, GateStatus, LivePointer, ModelVersion
+from flywheel.registry.models import (
+    Deployment,
+    GatePolicy,
+    GateResult,
+    GateStatus,
+    LivePointer,
+    ModelVersion,
+    Replay,
+    ReplayStatus,
+)
 from flywheel.training.selectors import EVAL_RATES, metric_series
 from flywheel.triage.selectors import agent_guardrails_json
 from trainer.spec.gate import Policy
@@ -288,3 +298,102 @@ def comparison(*, gate: GateResult) -> Comparison:
         reward_curves={name: points for name, points in series.items()
                        if name.startswith(("reward", "heldout/", "loss"))},
     )  # fmt: skip
+
+
+# --- Replays of failing steps -----------------------------------------------------------------
+
+# The checks of `trainer.verifiers.answer` an approver compares, each with whether True is good.
+REPLAY_CHECKS: tuple[tuple[str, str, bool], ...] = (
+    ("valid_json", "Calls written as JSON", True),
+    ("schema_valid", "Calls fit the tools' schemas", True),
+    ("unsafe", "Breaks the agent's safety policy", False),
+    ("correct_tool", "Right tool", True),
+    ("correct_arguments", "Right arguments", True),
+    ("passed", "Passes the tool_call verifier", True),
+)
+
+
+def can_replay(user: User | None) -> bool:
+    """Whether `user` may launch replays: trainers (they launch jobs) and approvers (they decide promotions)."""
+    return user is not None and (user.has_perm(Perm.LAUNCH_JOBS) or user.has_perm(Perm.APPROVE_VERSIONS))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One check of one answer as a page shows it: its text, and `good`, `bad` or "" (it did not apply)."""
+
+    text: str
+    tone: str
+
+
+def score_cells(scores: dict[str, Any] | None) -> list[Cell]:
+    """The answer's checks (REPLAY_CHECKS order), then its reward; all "—" without scores (not answered yet)."""
+    cells = []
+    for key, _label, good_when in REPLAY_CHECKS:
+        value = (scores or {}).get(key)
+        if value is None:
+            cells.append(Cell("—", ""))
+        else:
+            cells.append(Cell("yes" if value else "no", "good" if bool(value) == good_when else "bad"))
+    reward = (scores or {}).get("reward")
+    cells.append(Cell("—" if reward is None else f"{reward:.2f}", ""))
+    return cells
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    label: str
+    original: Cell
+    replays: list[Cell]
+
+
+@dataclass(frozen=True)
+class ReplayGroup:
+    """The replays of one step: the recorded answer (the case's `original`) and each version's, scored alike."""
+
+    step_index: int
+    case: dict[str, Any]
+    replays: list[Replay]
+    rows: list[ScoreRow]
+
+    @property
+    def pending(self) -> bool:
+        return any(replay.status == ReplayStatus.PENDING and not replay.job.is_finished for replay in self.replays)
+
+
+def _score_rows(original: dict[str, Any] | None, replays: list[Replay]) -> list[ScoreRow]:
+    labels = [label for _key, label, _good in REPLAY_CHECKS] + ["Reward (tool_call)"]
+    columns = [score_cells(replay.scores if replay.status == ReplayStatus.DONE else None) for replay in replays]
+    return [ScoreRow(label, score_cells(original)[row], [column[row] for column in columns])
+            for row, label in enumerate(labels)]  # fmt: skip
+
+
+def replay_visible(*, viewer: User) -> QuerySet[Replay]:
+    return Replay.objects.filter(agents_filter(viewer, "trajectory__agent")).select_related(
+        "version__agent", "job", "launched_by", "trajectory__agent"
+    )
+
+
+def replay_groups(*, trajectory: Trajectory, viewer: User) -> list[ReplayGroup]:
+    """The trajectory's replays by step, oldest first in each; the recorded answer's scores from a finished one."""
+    rows = list(replay_visible(viewer=viewer).filter(trajectory=trajectory).order_by("step_index", "created_at"))
+    groups = []
+    for step_index in sorted({replay.step_index for replay in rows}):
+        replays = [replay for replay in rows if replay.step_index == step_index]
+        original = next((r.original_scores for r in replays if r.status == ReplayStatus.DONE), None)
+        groups.append(ReplayGroup(step_index, replays[0].case, replays, _score_rows(original, replays)))
+    return groups
+
+
+def replay_get(*, replay_id: Any, viewer: User) -> Replay | None:
+    return replay_visible(viewer=viewer).filter(pk=replay_id).first()
+
+
+def replay_rows(*, replay: Replay) -> list[ScoreRow]:
+    """One replay's checks beside the recorded answer's."""
+    return _score_rows(replay.original_scores if replay.status == ReplayStatus.DONE else None, [replay])
+
+
+def replay_choices(*, agent: Agent) -> tuple[list[ModelVersion], ModelVersion | None]:
+    """The versions a replay may run against (newest first) and the live one among them."""
+    return list(version_list(agent=agent)), live_version(agent=agent)

@@ -1,11 +1,12 @@
-"""Writes of the registry: register versions, launch and record gates, set policies, promote, roll back.
+"""Writes of the registry: register versions, launch and record gates and replays, set policies, promote, roll back.
 
 Every change of the live pointer happens under a row lock on the agent, so two approvers at
 once (or a double click) are serialized: the second finds the version already live and does
 nothing, or finds that the live version changed since its page was drawn (`expected_live`) and
 is refused with `PromotionConflict`. Each change is a Deployment row and an audit event.
-Served chat completions are recorded off the request's path: `served_record_later` samples
-(answers the guardrails blocked are always kept), prices the answer, keeps the exchange in an
+A replay has a version answer a trajectory's failing step again as a job (`registry.replay`), recorded
+when the job finishes. Served chat completions are recorded off the request's path: `served_record_later`
+samples (answers the guardrails blocked are always kept), prices the answer, keeps the exchange in an
 outbox row and hands its id to a task on the `default` queue, whose `served_store` ingests it;
 `served_sweep` re-sends rows whose message may be lost.
 The receivers of `training.signals.job_finished` run inside the job's finishing transaction,
@@ -32,6 +33,7 @@ from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
 from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, outbox_send
 from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.ingest.models import Trajectory
 from flywheel.ingest.services import IngestOptions, redactor_build, served_call_ingest
 from flywheel.registry import guardrails, selectors, storage, traffic
 from flywheel.registry.models import (
@@ -42,8 +44,11 @@ from flywheel.registry.models import (
     GateStatus,
     LivePointer,
     ModelVersion,
+    Replay,
+    ReplayStatus,
     ServedExchange,
 )
+from flywheel.registry.replay import ReplayUnavailable, replay_input, replay_outcome, usage_of
 from flywheel.training.models import TRAINING_KINDS, Job, JobKind, JobState
 from trainer.spec.adapters import AdapterError
 from trainer.spec.config import SpecError, config_from_json
@@ -126,7 +131,7 @@ def version_register_from_job(*, job: Job) -> ModelVersion | None:
     return version_register(
         actor=None, agent=job.agent, adapter_dir=adapter_dir, base_model=job.base_model, training_job=job,
         parent=_parent_version(job.agent, job.adapter), config={"kind": job.kind, **job.hyperparameters},
-        metrics=(job.result or {}).get("metrics") or {}, snapshot_hash=job.snapshot.content_hash,
+        metrics=(job.result or {}).get("metrics") or {}, snapshot_hash=job.task_snapshot.content_hash,
         heldout_snapshot_hash=job.heldout_snapshot.content_hash if job.heldout_snapshot else "",
     )  # fmt: skip
 
@@ -248,16 +253,105 @@ def _gate_read(gate: GateResult, job: Job) -> None:
 
 
 def on_job_finished(sender: object, job: Job, **kwargs: Any) -> None:
-    """`job_finished` receiver: register trained adapters, record gate decisions; never fail the job."""
+    """`job_finished` receiver: register trained adapters, record gate decisions and replays; never fail the job."""
     try:
         with transaction.atomic():
             if job.kind in TRAINING_KINDS:
                 version_register_from_job(job=job)
             elif job.kind == JobKind.GATE:
                 gate_result_store(job=job)
+            elif job.kind == JobKind.REPLAY:
+                replay_result_store(job=job)
     except (RegistryRefused, storage.AdapterTampered, ValidationError, OSError) as error:
         logger.warning("registry: job %s: %s", job.pk, error)
         audit_record(actor=None, action="registry.job_failed", target=job, data={"error": str(error)[:1000]})
+
+
+# --- Replays of failing steps (flywheel.registry.replay) -----------------------------------
+
+
+@transaction.atomic
+def replay_launch(
+    *,
+    actor: Actor,
+    trajectory: Trajectory,
+    version: ModelVersion,
+    step_index: int | None = None,
+    options: dict[str, Any] | None = None,
+) -> Replay:
+    """Have `version` answer the trajectory's failing step (or `step_index`) again, as a `replay` job.
+
+    For trainers and approvers. Returns the replay of the same version and step that is running
+    or answered, when there is one (a double click, or a second look): greedy decoding would answer
+    the same. `options` are the job's hyperparameters (`trainer.spec.replay.ReplayConfig`).
+    """
+    from flywheel.training.services import LaunchRefused, job_launch
+
+    if not selectors.can_replay(actor_user(actor)):
+        raise PermissionDenied("replaying needs the trainer's or the approver's permission")
+    if version.agent_id != trajectory.agent_id:
+        raise RegistryRefused(f"{version.tag} is not a version of {trajectory.agent.name}")
+    # One launch at a time per trajectory: the second of two sees the first's replay.
+    Trajectory.objects.select_for_update().filter(pk=trajectory.pk).first()
+    try:
+        prepared = replay_input(trajectory=trajectory, step_index=step_index)
+    except ReplayUnavailable as error:
+        raise RegistryRefused(str(error)) from None
+    existing = _replay_standing(trajectory, version, prepared.step_index)
+    if existing is not None:
+        return existing
+    try:
+        job = job_launch(
+            actor=actor, kind=JobKind.REPLAY, snapshot=None, base_model=version.base_model,
+            adapter=str(_verified_folder(version)), agent=trajectory.agent, hyperparameters=options or {},
+            cases=[prepared.case],
+        )  # fmt: skip
+    except LaunchRefused as error:
+        raise RegistryRefused(str(error)) from None
+    replay = Replay(
+        trajectory=trajectory, version=version, job=job, step_index=prepared.step_index,
+        was_live=selectors.live_version(agent=version.agent) == version, expected_source=prepared.expected_source,
+        launched_by=actor_user(actor),
+    )  # fmt: skip
+    replay.full_clean()
+    replay.save()
+    audit_record(actor=actor, action="replay.launch", target=replay,
+                 data={"trajectory": str(trajectory.pk), "version": version.tag, "step": prepared.step_index,
+                       "job": str(job.pk)})  # fmt: skip
+    return replay
+
+
+def _replay_standing(trajectory: Trajectory, version: ModelVersion, step_index: int) -> Replay | None:
+    """The replay of this version and step that is running or answered; one whose job ended unrecorded is closed."""
+    replay = (Replay.objects.select_related("job").exclude(status=ReplayStatus.ERROR)
+              .filter(trajectory=trajectory, version=version, step_index=step_index).first())  # fmt: skip
+    if replay is not None and replay.status == ReplayStatus.PENDING and replay.job.is_finished:
+        # A job the reaper gave up on, or cancelled while queued, ends without `job_finished`.
+        replay = replay_result_store(job=replay.job) or replay
+    return None if replay is None or replay.status == ReplayStatus.ERROR else replay
+
+
+@transaction.atomic
+def replay_result_store(*, job: Job) -> Replay | None:
+    """Record a finished replay job's answer and scores on its Replay (once: only a pending one changes)."""
+    replay = Replay.objects.select_for_update().filter(job=job, status=ReplayStatus.PENDING).first()
+    if replay is None:
+        return None
+    if job.state != JobState.SUCCEEDED:
+        replay.status, replay.error = ReplayStatus.ERROR, job.error or f"the replay job ended {job.state}"
+    else:
+        try:
+            line = replay_outcome(job=job)
+        except ReplayUnavailable as error:
+            replay.status, replay.error = ReplayStatus.ERROR, str(error)
+        else:
+            replay.status, replay.answer, replay.usage = ReplayStatus.DONE, str(line.get("output", "")), usage_of(line)
+            replay.scores, replay.original_scores = line["scores"], line.get("original_scores")
+    replay.full_clean()
+    replay.save()
+    audit_record(actor=None, action=f"replay.{replay.status}", target=replay,
+                 data={"job": str(job.pk), "error": replay.error[:500]})  # fmt: skip
+    return replay
 
 
 # --- Promote and roll back ------------------------------------------------------------------

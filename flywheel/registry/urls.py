@@ -14,6 +14,9 @@ urlpatterns = [
     path("models/<slug:agent_name>/v<int:number>/promote/", views.version_promote, name="version_promote"),
     path("models/<slug:agent_name>/v<int:number>/gate/", views.gate_launch, name="gate_launch"),
     path("gates/<uuid:gate_id>/", views.gate_detail, name="gate_detail"),
+    path("trajectories/<uuid:trajectory_id>/replays/", views.trajectory_replays, name="trajectory_replays"),
+    path("trajectories/<uuid:trajectory_id>/replays/new/", views.replay_launch, name="replay_launch"),
+    path("replays/<uuid:replay_id>/", views.replay_detail, name="replay_detail"),
     path("api/v1/agents/<slug:agent_name>/live", views.api_live, name="api_live"),
     path("v1/chat/completions", views.chat_completions, name="chat_completions"),
 ]

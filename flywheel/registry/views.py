@@ -1,4 +1,5 @@
-"""Pages and APIs of the registry: versions, gates, promote and roll back, the live API, chat completions.
+"""Pages and APIs of the registry: versions, gates, promote and roll back, replays of failing steps, the live
+API, chat completions.
 
 Views parse, call one service or selector, and render. Every change goes through `services`;
 the forms carry the live version the page showed, so a stale page is refused, not applied.
@@ -14,9 +15,11 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.forms import Form
 from django.http import FileResponse, Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required, rate_limited
@@ -25,11 +28,15 @@ from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agent_get, choices_limit
+from flywheel.ingest.models import Trajectory
+from flywheel.ingest.selectors import trajectory_visible
+from flywheel.ingest.trace import trace_steps
 from flywheel.registry import charts, guardrails, selectors, services, serving, storage, traffic
 from flywheel.registry.forms import (
     GateLaunchForm,
     GatePolicyForm,
     PromoteForm,
+    ReplayForm,
     RollbackForm,
     expected_live_value,
     expected_live_version,
@@ -228,6 +235,66 @@ def gate_detail(request: AuthedRequest, gate_id: UUID) -> HttpResponse:
         else None,
     }  # fmt: skip
     return render(request, "registry/gate_detail.html", context)
+
+
+# --- Replays of failing steps ------------------------------------------------------------------
+
+
+def _trajectory(request: AuthedRequest, trajectory_id: UUID) -> Trajectory:
+    """The trajectory, if the user may see it; 404 alike for none and another agent's."""
+    trajectory = trajectory_visible(viewer=request.user).select_related("agent").filter(pk=trajectory_id).first()
+    if trajectory is None:
+        raise Http404("no such trajectory")
+    return trajectory
+
+
+def _replays_context(request: AuthedRequest, trajectory: Trajectory, form: ReplayForm | None = None) -> dict[str, Any]:
+    versions = selectors.version_list(agent=trajectory.agent)
+    live = selectors.live_version(agent=trajectory.agent)
+    if form is None and selectors.can_replay(request.user) and versions.exists():
+        form = ReplayForm(versions=versions, initial={"version": live or versions.first()})
+    groups = selectors.replay_groups(trajectory=trajectory, viewer=request.user)
+    return {"trajectory": trajectory, "groups": groups, "form": form, "live": live,
+            "checks": selectors.REPLAY_CHECKS, "polling": any(group.pending for group in groups)}  # fmt: skip
+
+
+@permission_required(Perm.VIEW)
+def trajectory_replays(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
+    """The trace viewer's replay panel (loaded and polled by htmx): the form, and each step's answers side by side."""
+    trajectory = _trajectory(request, trajectory_id)
+    return render(request, "registry/_replays.html", _replays_context(request, trajectory))
+
+
+@permission_required(Perm.VIEW)
+@require_POST
+def replay_launch(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
+    """Launch a replay (trainers and approvers; `services.replay_launch` checks), then show the panel again."""
+    trajectory = _trajectory(request, trajectory_id)
+    if not selectors.can_replay(request.user):
+        raise PermissionDenied("replaying needs the trainer's or the approver's permission")
+    form = ReplayForm(request.POST, versions=selectors.version_list(agent=trajectory.agent))
+    if form.is_valid():
+        try:
+            services.replay_launch(actor=request.user, trajectory=trajectory, version=form.cleaned_data["version"],
+                                   step_index=form.cleaned_data["step"], options=form.cleaned_data["options"])
+        except services.RegistryRefused as error:
+            form.add_error(None, str(error))
+    if form.errors:
+        return render(request, "registry/_replays.html", _replays_context(request, trajectory, form), status=400)
+    if request.headers.get("HX-Request"):
+        return render(request, "registry/_replays.html", _replays_context(request, trajectory))
+    return redirect(reverse("ingest:trajectory_detail", args=[trajectory.pk]) + "#replays")
+
+
+@permission_required(Perm.VIEW)
+def replay_detail(request: AuthedRequest, replay_id: UUID) -> HttpResponse:
+    """One replay: the conversation it answered, the recorded answer beside the version's, and their checks."""
+    replay = selectors.replay_get(replay_id=replay_id, viewer=request.user)
+    if replay is None:
+        raise Http404("no such replay")
+    context = {"replay": replay, "case": replay.case, "rows": selectors.replay_rows(replay=replay),
+               "context_steps": trace_steps(replay.case.get("messages") or [])}  # fmt: skip
+    return render(request, "registry/replay_detail.html", context)
 
 
 # --- APIs -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from django.urls import reverse
 from flywheel.core.forms import JSONObjectField
 from flywheel.core.models import Agent
 from flywheel.datasets.models import Split, TaskSetSnapshot
-from flywheel.training.models import Job, JobKind
+from flywheel.training.models import CASE_KINDS, Job, JobKind
 
 DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     JobKind.EVAL: {"verifier": "tool_call", "backend": "transformers", "device": "cpu", "batch_size": 8,
@@ -41,6 +41,7 @@ DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
 # The kinds that train, and so take a held-out snapshot to evaluate on as they go.
 HELDOUT_KINDS = (JobKind.SFT, JobKind.GRPO)
 PREFILL_FIELDS = ("kind", "snapshot", "heldout_snapshot", "base_model", "adapter", "agent")
+SNAPSHOT_KIND_CHOICES = [(value, label) for value, label in JobKind.choices if value not in CASE_KINDS]
 
 
 def defaults_json(kind: str) -> str:
@@ -54,8 +55,9 @@ class SnapshotChoiceField(forms.ModelChoiceField):
 
 
 class JobLaunchForm(forms.Form):
-    # Every kind is offered; job_launch says which ones can run today, as a form error.
-    kind = forms.ChoiceField(choices=JobKind.choices, initial=JobKind.EVAL)
+    # Every kind that runs on a snapshot is offered (a replay is launched from its trajectory's page);
+    # job_launch says which ones can run today, as a form error.
+    kind = forms.ChoiceField(choices=SNAPSHOT_KIND_CHOICES, initial=JobKind.EVAL)
     snapshot = SnapshotChoiceField(
         queryset=TaskSetSnapshot.objects.all(),
         help_text="Trained on (sft, grpo: a train snapshot), evaluated (eval) or mined for hard tasks (mine: a train "
@@ -103,7 +105,7 @@ def launch_url(fields: Mapping[str, object]) -> str:
 def launch_initial(query: Mapping[str, str]) -> dict[str, str]:
     """Initial values from GET parameters (the recommendation's button links here); unknown kinds are dropped."""
     initial = {name: query[name] for name in PREFILL_FIELDS if query.get(name)}
-    if initial.get("kind") not in JobKind.values:
+    if initial.get("kind") not in dict(SNAPSHOT_KIND_CHOICES):
         initial.pop("kind", None)
     return initial
 

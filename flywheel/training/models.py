@@ -1,4 +1,9 @@
-"""Jobs that run trainer (eval, sft, grpo, gate, mine), what they report as they run, and evaluation results."""
+"""Jobs that run trainer (eval, sft, grpo, gate, mine, replay), what they report as they run, and evaluation results.
+
+Every kind but `replay` runs on a task snapshot. A replay answers a failing step's conversation
+again (the registry's `Replay` launches it): its one case is carried by the job itself (`cases`),
+since a trajectory cut at its failing step is not a regression task and must not become one.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +21,14 @@ class JobKind(models.TextChoices):
     GRPO = "grpo", "GRPO"
     GATE = "gate", "Gate"
     MINE = "mine", "Hard-task mining"
+    REPLAY = "replay", "Replay"
 
 
 # The kinds that train an adapter (the trainer's list): they need a train snapshot, resume from an
 # earlier attempt's checkpoint, and the registry registers what they produce.
 TRAINING_KINDS = tuple(JobKind(kind) for kind in trainer_kinds.TRAINING_KINDS)
+# The kinds that run on the cases the job carries instead of a snapshot.
+CASE_KINDS = (JobKind.REPLAY,)
 
 
 class JobState(models.TextChoices):
@@ -39,8 +47,12 @@ class Job(UUIDModel, TimestampedModel):
     state = models.CharField(max_length=12, choices=JobState.choices, default=JobState.QUEUED, db_index=True)
     agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
     snapshot = models.ForeignKey(
-        TaskSetSnapshot, on_delete=models.PROTECT, related_name="jobs",
-        help_text="The tasks trained on (sft, grpo) or evaluated (eval, gate).",
+        TaskSetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs",
+        help_text="The tasks trained on (sft, grpo) or evaluated (eval, gate); none for a replay.",
+    )  # fmt: skip
+    cases = models.JSONField(
+        default=list, blank=True,
+        help_text="What a replay answers, instead of a snapshot: replay cases (trainer.spec.replay) as JSON.",
     )  # fmt: skip
     heldout_snapshot = models.ForeignKey(
         TaskSetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="heldout_jobs",
@@ -77,6 +89,14 @@ class Job(UUIDModel, TimestampedModel):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["state", "heartbeat_at"], name="job_state_heartbeat")]
+        constraints = [
+            # A replay carries its cases; every other kind runs on a snapshot.
+            models.CheckConstraint(
+                condition=models.Q(kind__in=[kind.value for kind in CASE_KINDS], snapshot__isnull=True)
+                | (~models.Q(kind__in=[kind.value for kind in CASE_KINDS]) & models.Q(snapshot__isnull=False)),
+                name="job_snapshot_or_cases",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {str(self.id)[:8]}"
@@ -84,6 +104,13 @@ class Job(UUIDModel, TimestampedModel):
     @property
     def is_finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+    @property
+    def task_snapshot(self) -> TaskSetSnapshot:
+        """The snapshot of a kind that runs on one (all but a replay); a ValueError for a job without."""
+        if self.snapshot is None:
+            raise ValueError(f"{self.kind} job {self.pk} runs on no snapshot")
+        return self.snapshot
 
 
 class MetricPoint(models.Model):

@@ -43,10 +43,10 @@ def attempt_dir(job: Job) -> Path:
 
 
 def write_spec(job: Job, folder: Path) -> Path:
-    """The attempt's run.json and the job's snapshots as native JSONL beside it."""
+    """The attempt's run.json and the job's snapshots (or a replay's cases) as JSONL beside it."""
     folder.mkdir(parents=True, exist_ok=True)
     spec = RunSpec(
-        kind=job.kind, base_model=job.base_model, task_paths=[_write_tasks(job.snapshot, folder / "tasks.jsonl")],
+        kind=job.kind, base_model=job.base_model, task_paths=[_write_input(job, folder / "tasks.jsonl")],
         heldout_paths=[_write_tasks(job.heldout_snapshot, folder / "heldout.jsonl")] if job.heldout_snapshot else [],
         regression_paths=(
             [_write_tasks(job.regression_snapshot, folder / "regression.jsonl")] if job.regression_snapshot else []
@@ -74,6 +74,14 @@ def _carry_last_checkpoint(job: Job, output: Path) -> bool:
             shutil.copytree(checkpoint, output / CHECKPOINTS / Path(checkpoint).name, dirs_exist_ok=True)
             return True
     return False
+
+
+def _write_input(job: Job, path: Path) -> str:
+    """The job's snapshot as native task JSONL, or for a replay the cases it carries, one a line."""
+    if job.snapshot is not None:
+        return _write_tasks(job.snapshot, path)
+    path.write_text("".join(json.dumps(case, ensure_ascii=False) + "\n" for case in job.cases), encoding="utf-8")
+    return str(path)
 
 
 def _write_tasks(snapshot: TaskSetSnapshot, path: Path) -> str:

@@ -211,7 +211,7 @@ def planned_steps(job: Job) -> tuple[int | None, bool]:
     if job.kind == JobKind.SFT:
         epochs = settings.get("num_train_epochs")
         batch = _int_or_none(settings.get("per_device_train_batch_size")) or 1
-        if isinstance(epochs, int | float) and epochs > 0 and job.snapshot.task_count:
+        if isinstance(epochs, int | float) and epochs > 0 and job.snapshot and job.snapshot.task_count:
             return math.ceil(math.ceil(job.snapshot.task_count / batch) * epochs), True
     return None, False
 
@@ -364,8 +364,8 @@ def sample_episode(*, job: Job, sample_id: int) -> SampleEpisode | None:
     return SampleEpisode(sample=sample, context=context, steps=trace_steps(sample.episode, first=len(context)))
 
 
-def _task_chat(snapshot: TaskSetSnapshot, task_id: str) -> list[Step]:
-    item = snapshot.items.filter(content__id=task_id).first()
+def _task_chat(snapshot: TaskSetSnapshot | None, task_id: str) -> list[Step]:
+    item = snapshot.items.filter(content__id=task_id).first() if snapshot else None
     return trace_steps(item.content.get("messages") or []) if item else []
 
 

@@ -30,6 +30,7 @@ from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, 
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.datasets.services import snapshot_subset_create
 from flywheel.training.models import (
+    CASE_KINDS,
     FINISHED_STATES,
     TRAINING_KINDS,
     EvalRun,
@@ -53,9 +54,10 @@ from trainer.contracts import (
 )
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.kinds import config_class
+from trainer.spec.replay import ReplayCase
 
-# The kinds trainer runs today; gate arrives with the registry.
-RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE, JobKind.MINE)
+# The kinds trainer runs today.
+RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY)
 LOG_TAIL_LINES = 200
 
 
@@ -68,14 +70,16 @@ def job_launch(
     *,
     actor: Actor,
     kind: str,
-    snapshot: TaskSetSnapshot,
+    snapshot: TaskSetSnapshot | None,
     base_model: str,
     adapter: str = "",
     agent: Agent | None = None,
     hyperparameters: dict[str, Any] | None = None,
     heldout_snapshot: TaskSetSnapshot | None = None,
     regression_snapshot: TaskSetSnapshot | None = None,
+    cases: list[dict[str, Any]] | None = None,
 ) -> Job:
+    """Queue a job: on `snapshot`, or for a replay on the `cases` it carries (`trainer.spec.replay`)."""
     if kind not in RUNNABLE_KINDS:
         raise LaunchRefused(f"{kind!r} jobs cannot run; runnable kinds: {', '.join(RUNNABLE_KINDS)}")
     if not base_model.strip():
@@ -84,21 +88,25 @@ def job_launch(
         raise LaunchRefused("a gate compares a candidate adapter with its baseline: name the candidate's adapter")
     if not isinstance(hyperparameters or {}, dict):
         raise LaunchRefused("hyperparameters must be a JSON object")
-    hyperparameters = _with_agent_environment(kind, hyperparameters or {}, agent or snapshot.agent)
+    _check_input(kind, snapshot, cases or [])
+    owner = agent or (snapshot.agent if snapshot else None)
+    hyperparameters = _with_agent_environment(kind, hyperparameters or {}, owner)
     _check_hyperparameters(kind, hyperparameters)
-    if kind in TRAINING_KINDS:
+    # (`_check_input` has refused these kinds without a snapshot.)
+    if kind in TRAINING_KINDS and snapshot is not None:
         _check_training_snapshots(snapshot, heldout_snapshot)
-    if kind == JobKind.MINE:
+    if kind == JobKind.MINE and snapshot is not None:
         _check_mine_snapshots(snapshot, heldout_snapshot, regression_snapshot)
     job = Job(
         kind=kind, snapshot=snapshot, heldout_snapshot=heldout_snapshot, regression_snapshot=regression_snapshot,
-        base_model=base_model.strip(), adapter=adapter.strip(), agent=agent,
+        base_model=base_model.strip(), adapter=adapter.strip(), agent=agent, cases=cases or [],
         hyperparameters=hyperparameters or {}, launched_by=actor_user(actor),
         max_attempts=settings.JOB_MAX_ATTEMPTS,
     )  # fmt: skip
     job.full_clean()
     job.save()
-    audit_record(actor=actor, action="job.launch", target=job, data={"kind": kind, "snapshot": snapshot.content_hash})
+    audit_record(actor=actor, action="job.launch", target=job,
+                 data={"kind": kind, "snapshot": snapshot.content_hash if snapshot else None})  # fmt: skip
     # Sent after the commit; a broker that cannot take it leaves the job queued for the sweeper, and no error.
     transaction.on_commit(partial(job_dispatch, job_id=job.id), robust=True)
     return job
@@ -122,6 +130,23 @@ def jobs_redispatch(*, resend_after: timedelta | None = None, grace: timedelta |
     queued = Job.objects.filter(waiting, state=JobState.QUEUED, cancel_requested=False).order_by("created_at")
     ids = list(queued.values_list("pk", flat=True)[: settings.DISPATCH_SWEEP_LIMIT])
     return [pk for pk in ids if job_dispatch(job_id=pk)]
+
+
+def _check_input(kind: str, snapshot: TaskSetSnapshot | None, cases: list[dict[str, Any]]) -> None:
+    """A replay carries its cases and no snapshot; every other kind runs on a snapshot and carries none."""
+    if kind not in CASE_KINDS:
+        if snapshot is None:
+            raise LaunchRefused(f"a {kind} job runs on a snapshot: name one")
+        if cases:
+            raise LaunchRefused(f"a {kind} job runs on its snapshot and takes no cases")
+        return
+    if snapshot is not None or not cases:
+        raise LaunchRefused(f"a {kind} job answers the cases it is given, not a snapshot")
+    try:
+        for case in cases:
+            ReplayCase.from_json(case)
+    except (ContractError, TypeError, AttributeError) as error:
+        raise LaunchRefused(f"a replay case is not valid: {error}") from None
 
 
 def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:
@@ -279,7 +304,7 @@ def _eval_run_store(job: Job) -> EvalRun:
     run, _ = EvalRun.objects.update_or_create(
         job=job,
         defaults={
-            "snapshot": job.snapshot, "model_label": label, "metrics": job.result.get("metrics") or {},
+            "snapshot": job.task_snapshot, "model_label": label, "metrics": job.result.get("metrics") or {},
             "per_bucket": summary.get("by_bucket", {}), "results": results,
             "recommendation": summary.get("recommendation", {}),
         },
@@ -308,8 +333,8 @@ def job_mined_snapshot_create(*, job: Job) -> TaskSetSnapshot | None:
     selection = {"mined_by_job": str(locked.id), "model": locked.base_model, "adapter": locked.adapter or None,
                  **{key: metrics.get(key) for key in ("samples", "min_solved", "max_solved")}}  # fmt: skip
     snapshot = snapshot_subset_create(
-        actor=locked.launched_by, source=locked.snapshot, task_ids=task_ids, selection=selection,
-        name=f"{locked.snapshot.name}-mined-{str(locked.id)[:8]}",
+        actor=locked.launched_by, source=locked.task_snapshot, task_ids=task_ids, selection=selection,
+        name=f"{locked.task_snapshot.name}-mined-{str(locked.id)[:8]}",
     )  # fmt: skip
     if snapshot is not None:
         Job.objects.filter(pk=job.pk).update(mined_snapshot=snapshot)

@@ -41,7 +41,17 @@ from flywheel.ingest.selectors import TrajectoryFilters
 from flywheel.ingest.services import IngestOptions, stream_ingest, upload_create, upload_process
 from flywheel.monitoring.models import Alert, MonitoredRate
 from flywheel.monitoring.services import RuleFields, rule_create
-from flywheel.registry.models import Deployment, DeploymentAction, GateResult, GateStatus, LivePointer, ModelVersion
+from flywheel.registry.models import (
+    Deployment,
+    DeploymentAction,
+    GateResult,
+    GateStatus,
+    LivePointer,
+    ModelVersion,
+    Replay,
+    ReplayStatus,
+)
+from flywheel.registry.replay import replay_input
 from flywheel.registry.services import version_register
 from flywheel.rewards.models import OutputSource, ProfileRun
 from flywheel.rewards.services import Scoring, profile_create, reverify
@@ -214,6 +224,17 @@ def _registry(agent: Agent, snapshot: TaskSetSnapshot, adapter: Path) -> tuple[M
     return version, gate
 
 
+def _replay(trajectory: Trajectory, version: ModelVersion, user: Any) -> Replay:
+    """The trajectory's failing step, answered by `version` (a finished replay job)."""
+    prepared = replay_input(trajectory=trajectory)
+    job = Job.objects.create(kind=JobKind.REPLAY, state=JobState.SUCCEEDED, snapshot=None, cases=[prepared.case],
+                             agent=trajectory.agent, base_model="tiny", finished_at=timezone.now())  # fmt: skip
+    scores = {"calls": [], "valid_json": None, "unsafe": False, "reason": ""}
+    return Replay.objects.create(trajectory=trajectory, version=version, job=job, step_index=prepared.step_index,
+                                 was_live=True, status=ReplayStatus.DONE, answer="I cannot find it.", scores=scores,
+                                 launched_by=user)  # fmt: skip
+
+
 def _profile_run(snapshot: TaskSetSnapshot) -> ProfileRun:
     """A reward profile of the snapshot, re-verified: the re-verify has a run to compare with."""
     lines = [json.dumps({"id": item.content["id"], "output": "no call"}) for item in snapshot.items.all()]
@@ -245,6 +266,7 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
     sample = Sample.objects.create(job=job, step=0, task_id=task_id, prompt="", completion="Done.", reward=0.0,
                                    episode=episode)  # fmt: skip
     version, gate = _registry(alpha, snapshot, alpha_adapter)
+    replay = _replay(trajectory, version, member)
     run = _profile_run(snapshot)
     token, _ = api_token_create(user=member, name="alpha-token")
     task = RegressionTask.objects.filter(agent=alpha).first()
@@ -258,6 +280,7 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
         "number": version.number, "gate_id": gate.pk, "run_id": run.pk, "output_id": run.outputs.first().pk,
         "token_id": token.pk, "index": 0, "sample_id": sample.pk, "external_id": trajectory.external_id,
         "rule_id": rule.pk, "alert_id": alert.pk,
+        "replay_id": replay.pk,
     }  # fmt: skip
     markers = {
         "agent": ALPHA, "trajectory": str(trajectory.pk), "upload": str(upload.pk), "queue": queue.name,

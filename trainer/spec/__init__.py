@@ -2,7 +2,8 @@
 
 - `config`: the typed-config machinery (`config_from_json`, `config_help`), the expected-failure
   errors, the LoRA settings and the knobs every training kind shares;
-- `eval`, `sft`, `grpo`, `gate`, `mine`: each job kind's config (the gate's also holds the promotion policy);
+- `eval`, `sft`, `grpo`, `gate`, `mine`, `replay`: each job kind's config (the gate's also holds the promotion
+  policy; replay's also its cases);
 - `kinds`: which config belongs to which job kind;
 - `tasks`: reading, hashing and sampling task files (one stratified sampler for app and gate);
 - `adapters`: the adapter and checkpoint folder layout, manifests and their verification;

@@ -11,11 +11,13 @@ from trainer.spec.eval import EvalConfig
 from trainer.spec.gate import GateConfig
 from trainer.spec.grpo import GrpoConfig
 from trainer.spec.mine import MineConfig
+from trainer.spec.replay import ReplayConfig
 from trainer.spec.sft import SftConfig
 
 CONFIGS: dict[str, type] = {
     "eval": EvalConfig, "sft": SftConfig, "grpo": GrpoConfig, "gate": GateConfig, "mine": MineConfig,
-}
+    "replay": ReplayConfig,
+}  # fmt: skip
 TRAINING_KINDS = tuple(kind for kind, config in CONFIGS.items() if issubclass(config, TrainingConfig))
 
 

@@ -1,0 +1,82 @@
+"""Schema validity of tool calls: does each call name an offered tool and fit that tool's parameters?
+
+A check that needs no expected answer (the replay of a failing step scores with it; so may an
+online scorer). For each call: the tool is in the offered catalogue (names compared exactly),
+every `required` argument is present, no argument is unknown where the schema lists its
+`properties` (a tool that lists none takes anything), and each value has its declared JSON type
+(`type` as a name or a list; BFCL's `dict`, `float`, `tuple`, `list` and `any` read as JSON
+Schema's `object`, `number`, `array`, `array` and anything) and, where given, is one of its `enum`.
+Nested schemas are not walked: an object or array argument is checked for its own type only.
+Types it does not know are not held against the call. Matching calls against an expected answer
+is `trainer.verifiers.matching`'s work.
+
+    >>> tools = {"find_order": {"type": "object", "properties": {"order": {"type": "integer"}}, "required": ["order"]}}
+    >>> call_problems(ToolCall("find_order", {"order": "17"}), tools)
+    ["find_order: argument 'order' must be integer, got string"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainer.contracts import ToolCall
+
+_ALIASES = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "int": "integer",
+            "str": "string", "bool": "boolean"}  # fmt: skip
+_ANY = "any"
+
+
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a decoded JSON value (an int is `integer`; a bool never is)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _fits(value: Any, declared: Any) -> bool | None:
+    """Whether `value` has a declared type; None when no type it knows is declared."""
+    names = [declared] if isinstance(declared, str) else list(declared) if isinstance(declared, list) else []
+    known = [_ALIASES.get(name, name) for name in names if isinstance(name, str)]
+    if not known or _ANY in known:
+        return None
+    actual = json_type(value)
+    return actual in known or (actual == "integer" and "number" in known)
+
+
+def call_problems(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What is wrong with one call against the offered tools' parameter schemas; empty when nothing is."""
+    if call.name not in schemas:
+        return [f"{call.name}: not an offered tool"]
+    schema = schemas[call.name] or {}
+    properties = schema.get("properties") or {}
+    problems = [f"{call.name}: missing required argument '{name}'"
+                for name in schema.get("required") or [] if name not in call.arguments]  # fmt: skip
+    for name, value in call.arguments.items():
+        if properties and name not in properties:
+            problems.append(f"{call.name}: unknown argument '{name}'")
+            continue
+        declared = properties.get(name) or {}
+        if _fits(value, declared.get("type")) is False:
+            problems.append(f"{call.name}: argument '{name}' must be {_type_text(declared['type'])}, "
+                            f"got {json_type(value)}")  # fmt: skip
+        elif isinstance(declared.get("enum"), list) and value not in declared["enum"]:
+            problems.append(f"{call.name}: argument '{name}' is not one of its allowed values")
+    return problems
+
+
+def calls_problems(calls: Sequence[ToolCall], schemas: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """`call_problems` of every call, in call order."""
+    return [problem for call in calls for problem in call_problems(call, schemas)]
+
+
+def _type_text(declared: Any) -> str:
+    return " or ".join(declared) if isinstance(declared, list) else str(declared)
