@@ -25,6 +25,7 @@ from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create
 from flywheel.ingest.models import Trajectory
 from flywheel.registry import services, tasks
+from tests.flywheel.registry.test_traffic import settled
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 QUESTION = [{"role": "system", "content": "You are the support bot."},
@@ -169,6 +170,7 @@ def test_the_endpoint_records_the_call_first_and_the_exported_trace_is_the_same_
     upstream, live, sent, live_server, token, instrumented
 ):
     answer = ask(live_server, token)
+    assert settled(lambda: len(sent) == 1)  # the endpoint keeps the answer once the response has gone out
     assert [tasks.record_served(message) for message in sent] == ["stored"]
     instrumented()
     trajectory = assert_one_tagged_trajectory_with_its_call(answer)
@@ -183,6 +185,7 @@ def test_the_exported_trace_comes_first_and_the_endpoint_s_record_takes_its_plac
     [traced] = Trajectory.objects.all()
     assert (traced.source, traced.model_version, traced.agent.name) == ("otlp", "support-bot:v1", "support-bot")
     assert traced.steps.filter(kind="tool_call", tool_name="find_order").exists()
+    assert settled(lambda: len(sent) == 1)
     assert [tasks.record_served(message) for message in sent] == ["stored"]
     trajectory = assert_one_tagged_trajectory_with_its_call(answer)
     assert trajectory.pk == traced.pk  # the same row: whatever was attached to it stays
@@ -193,6 +196,7 @@ def test_without_the_endpoint_s_record_the_trace_alone_is_the_tagged_trajectory(
 ):
     answer = ask(live_server, token)
     instrumented()
+    assert settled(lambda: len(sent) == 1)
     sent.clear()  # the agent's recording sampled this answer out
     [trajectory] = Trajectory.objects.all()
     assert (trajectory.source, trajectory.model_version) == ("otlp", answer.model)
