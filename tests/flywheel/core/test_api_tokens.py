@@ -164,6 +164,7 @@ def test_every_api_endpoint_names_the_scope_it_needs():
         "api_feedback": "ingest",
         "api_feedback_by_external_id": "ingest",
         "otlp_traces": "ingest",
+        "otlp_logs": "ingest",
         "api_me": "read",
         "api_live": "read",
         "chat_completions": "read",
