@@ -319,6 +319,7 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
         "run_id": run.id, "output_id": run.outputs.get().id, "queue_id": queue.id, "agent_name": AGENT,
         "name": AGENT, "number": 2, "token_id": None, "external_id": failure.external_id,
         "index": None, "sample_id": None,  # this journey is single-turn: no episode pages (test_eval_episodes.py)
+        "rule_id": None, "alert_id": None, "replay_id": None,  # no scoring rule, alert or replay in this journey
     }  # fmt: skip
     rendered, post_only = [], []
     for name, pattern in _walk(get_resolver().url_patterns):  # every pattern outside the admin
@@ -349,7 +350,7 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
     assert len(rendered) >= 46 and "training:job_detail" in rendered and "registry:gate_detail" in rendered
     assert sorted(post_only) == [  # actions, not pages: each answers GET with 405
         "demo:loop_start", "logout", "registry:agent_rollback", "registry:gate_launch",
-        "registry:gate_policy_update", "registry:version_promote", "rewards:output_mark", "training:job_cancel",
+        "registry:gate_policy_update", "registry:replay_launch", "registry:version_promote", "rewards:output_mark", "training:job_cancel",
         "triage:bulk", "triage:queue_item_remove", "triage:queue_next", "triage:review_save",
     ]  # fmt: skip
     assert offline.blocked == [] and offline.errors == []
