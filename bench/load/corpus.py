@@ -146,7 +146,7 @@ def function_caller_variants(root: Path) -> tuple[list[Variant], list[dict[str, 
     variants, catalogue = [], {}
     for task, question, functions, answer in _bfcl_tasks(root):
         catalogue.update({function["name"]: function for function in functions})
-        (name, truth), = answer["ground_truth"][0].items()
+        ((name, truth),) = answer["ground_truth"][0].items()
         arguments = _bfcl_arguments(truth)
         required = [arg for arg in next(f for f in functions if f["name"] == name)["parameters"].get("required", [])]
         ok = json.dumps({"status": "ok", "value": 42})
@@ -159,8 +159,8 @@ def function_caller_variants(root: Path) -> tuple[list[Variant], list[dict[str, 
         variants.append(Variant("function-caller", _record(made_up, "failure"), 0.08, task))
         if required:
             missing = {key: value for key, value in arguments.items() if key != required[0]}
-            variants.append(Variant("function-caller",
-                                    _record(_bfcl_messages(question, name, missing, ok), "failure"), 0.07, task))  # fmt: skip
+            dropped = _record(_bfcl_messages(question, name, missing, ok), "failure")
+            variants.append(Variant("function-caller", dropped, 0.07, task))
         error = _bfcl_messages(question, name, arguments, "Error: rate limited by the upstream API")[:5]
         variants.append(Variant("function-caller", _record(error, "failure"), 0.10, task))
     return variants, list(catalogue.values())

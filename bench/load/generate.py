@@ -389,8 +389,15 @@ def long_trajectories(plan: Plan, encoded_long: Encoded, count: int) -> list[str
     now = plan.start + timedelta(seconds=plan.span_seconds)
     out = _empty_out()
     # Every agent draw gives the long chat; the row is then made the airline's.
-    single = Plan(1, now, 0, plan.setup, {name: [encoded_long] for name in AGENT_WEIGHTS},
-                  {name: [1.0] for name in AGENT_WEIGHTS}, plan.seed)
+    single = Plan(
+        1,
+        now,
+        0,
+        plan.setup,
+        {name: [encoded_long] for name in AGENT_WEIGHTS},
+        {name: [1.0] for name in AGENT_WEIGHTS},
+        plan.seed,
+    )
     ids = []
     for number in range(count):
         _trajectory_rows(single, 0, rng, out)
@@ -463,8 +470,9 @@ def main(argv: list[str] | None = None) -> None:
     rng = random.Random(args.seed)
     long_parsed = corpus.long_variant(variants, LONG_STEPS, rng)
     airline_tools = Agent.objects.get(name="airline").tools
-    long_encoded = encode_variant(corpus.Variant("airline", long_parsed, 1, "long-chat"), setup.bucket_ids,
-                                  airline_tools, SafetyPolicy.default())
+    long_encoded = encode_variant(
+        corpus.Variant("airline", long_parsed, 1, "long-chat"), setup.bucket_ids, airline_tools, SafetyPolicy.default()
+    )
     now = datetime.now().astimezone()
     span = DAYS * 86400.0
     plan = Plan(args.trajectories, now - timedelta(seconds=span + 3600), span, setup, encoded, weights, args.seed)
