@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
-from django.db.models import BooleanField, Count, Exists, Min, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models import BooleanField, Count, Exists, IntegerField, Min, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.utils import timezone
 
 from flywheel.core.roles import Perm
@@ -312,14 +312,30 @@ class QueueProgress:
 
 
 def queue_progress(queue: Queue, *, viewer: User) -> QueueProgress:
+    return queue_progress_many([queue], viewer=viewer)[queue.pk]
+
+
+def queue_progress_many(queues: Sequence[Queue], *, viewer: User) -> dict[int, QueueProgress]:
+    """Each queue's progress, in one query whatever the number of queues (a UNION ALL of their counts)."""
     live_claim = Q(review__state=ReviewState.UNREVIEWED, review__claimed_until__gt=timezone.now())
-    counts = queue_members(queue, viewer=viewer).aggregate(
-        total=Count("pk"),
-        reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
-        skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
-        claimed=Count("pk", filter=live_claim),
-    )
-    return QueueProgress(**counts)
+    parts = [
+        queue_members(queue, viewer=viewer)
+        .annotate(queue_id=Value(queue.pk, output_field=IntegerField()))
+        .values("queue_id")
+        .annotate(
+            total=Count("pk"),
+            reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
+            skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
+            claimed=Count("pk", filter=live_claim),
+        )
+        .order_by()
+        for queue in queues
+    ]
+    if not parts:
+        return {}
+    rows = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
+    found = {row.pop("queue_id"): QueueProgress(**row) for row in rows}
+    return {queue.pk: found.get(queue.pk, QueueProgress(0, 0, 0, 0)) for queue in queues}
 
 
 @dataclass(frozen=True)
@@ -353,8 +369,9 @@ def queue_reviewer_progress(queue: Queue, *, viewer: User) -> list[ReviewerProgr
 
 
 def queue_list(*, viewer: User) -> list[tuple[Queue, QueueProgress]]:
-    queues = queue_visible(viewer=viewer).prefetch_related("reviewers")
-    return [(queue, queue_progress(queue, viewer=viewer)) for queue in queues]
+    queues = list(queue_visible(viewer=viewer).prefetch_related("reviewers"))
+    progress = queue_progress_many(queues, viewer=viewer)
+    return [(queue, progress[queue.pk]) for queue in queues]
 
 
 def queue_recent_members(queue: Queue, *, viewer: User, limit: int = 50) -> list[QueueMember]:
