@@ -64,10 +64,13 @@ class Reviewer(HttpUser):
         token = _CSRF_INPUT.search(page.text)
         self.client.post(
             "/accounts/login/",
-            data={"username": self.username, "password": CREDENTIALS["password"],
-                  "csrfmiddlewaretoken": token.group(1) if token else ""},
+            data={
+                "username": self.username,
+                "password": CREDENTIALS["password"],
+                "csrfmiddlewaretoken": token.group(1) if token else "",
+            },
             name="login",
-        )  # fmt: skip
+        )
 
     def _csrf(self) -> str:
         return self.client.cookies.get("csrftoken", "")
@@ -92,9 +95,13 @@ class Reviewer(HttpUser):
         """Claim the next item of the shared queue, open its review page, save it with a bucket."""
         queue = CREDENTIALS["queues"]["airline failures"]
         with self.client.post(
-            f"/triage/queues/{queue}/next/", data={"csrfmiddlewaretoken": self._csrf()},
-            headers={"X-CSRFToken": self._csrf()}, allow_redirects=False, name="review: claim next", catch_response=True,
-        ) as claimed:  # fmt: skip
+            f"/triage/queues/{queue}/next/",
+            data={"csrfmiddlewaretoken": self._csrf()},
+            headers={"X-CSRFToken": self._csrf()},
+            allow_redirects=False,
+            name="review: claim next",
+            catch_response=True,
+        ) as claimed:
             location = claimed.headers.get("Location", "")
             if claimed.status_code != 302 or "/triage/review/" not in location:
                 claimed.failure(f"no item claimed: {claimed.status_code} {location}")
@@ -104,10 +111,16 @@ class Reviewer(HttpUser):
         trajectory_id = location.split("/triage/review/")[1].split("/")[0]
         self.client.post(
             f"/triage/review/{trajectory_id}/save/",
-            data={"csrfmiddlewaretoken": self._csrf(), "action": "save", "bucket": random.choice(BUCKETS),
-                  "queue": queue},
-            headers={"X-CSRFToken": self._csrf()}, allow_redirects=False, name="review: save",
-        )  # fmt: skip
+            data={
+                "csrfmiddlewaretoken": self._csrf(),
+                "action": "save",
+                "bucket": random.choice(BUCKETS),
+                "queue": queue,
+            },
+            headers={"X-CSRFToken": self._csrf()},
+            allow_redirects=False,
+            name="review: save",
+        )
 
     @task(5)
     def trajectory_list(self) -> None:
@@ -153,14 +166,21 @@ class Agent(HttpUser):
     def post_batch(self) -> None:
         tag = random.choice(CREDENTIALS["versions"]["airline"][-2:])
         batch = [
-            {"id": f"load-{uuid.uuid4()}", "messages": random.choice(CONVERSATIONS), "outcome": random.random() > 0.4,
-             "model_version": tag}
+            {
+                "id": f"load-{uuid.uuid4()}",
+                "messages": random.choice(CONVERSATIONS),
+                "outcome": random.random() > 0.4,
+                "model_version": tag,
+            }
             for _ in range(BATCH)
-        ]  # fmt: skip
+        ]
         with self.client.post(
-            "/api/v1/trajectories?format=openai-chat&agent=airline", json=batch, name="ingest API (batch)",
-            headers={"Authorization": f"Bearer {CREDENTIALS['ingest_token']}"}, catch_response=True,
-        ) as answer:  # fmt: skip
+            "/api/v1/trajectories?format=openai-chat&agent=airline",
+            json=batch,
+            name="ingest API (batch)",
+            headers={"Authorization": f"Bearer {CREDENTIALS['ingest_token']}"},
+            catch_response=True,
+        ) as answer:
             if answer.status_code != 207:
                 answer.failure(f"{answer.status_code}: {answer.text[:200]}")
                 return

@@ -18,7 +18,19 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
-from django.db.models import BooleanField, Count, Exists, IntegerField, Min, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    IntegerField,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.utils import timezone
 
 from flywheel.core.roles import Perm
@@ -334,7 +346,9 @@ def queue_progress_many(queues: Sequence[Queue], *, viewer: User) -> dict[int, Q
     if not parts:
         return {}
     rows = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
-    found = {row.pop("queue_id"): QueueProgress(**row) for row in rows}
+    found = {
+        row["queue_id"]: QueueProgress(row["total"], row["reviewed"], row["skipped"], row["claimed"]) for row in rows
+    }
     return {queue.pk: found.get(queue.pk, QueueProgress(0, 0, 0, 0)) for queue in queues}
 
 

@@ -15,20 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.roles import Role
-from flywheel.core.services import api_token_create
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.services import feedback_add
 from flywheel.triage.models import Bucket, ReviewState
@@ -69,8 +66,14 @@ def _record(number: int, *, steps: int = 2, outcome: str = "failure") -> dict[st
         body.append(call("lookup_order", {"order_id": str(number)}, call_id=f"c{index}"))
         last = index == steps - 1
         body.append(result("lookup_order", "Error: timeout" if last else "found", error=last, call_id=f"c{index}"))
-    return {"id": f"shop-{number}", "agent": "shop", "outcome": outcome, "tools": SHOP_TOOLS, "steps": body,
-            "model_version": "shop:v1"}  # fmt: skip
+    return {
+        "id": f"shop-{number}",
+        "agent": "shop",
+        "outcome": outcome,
+        "tools": SHOP_TOOLS,
+        "steps": body,
+        "model_version": "shop:v1",
+    }
 
 
 def add_trajectories(world: World, count: int) -> None:
@@ -111,14 +114,23 @@ def _list(path: str, **params: str) -> Callable[[World], str]:
 
 TODAY = date.today().isoformat()
 TRAJECTORY_FILTERS = {
-    "none": {}, "outcome": {"outcome": "failure"}, "agent": {"agent": "shop"}, "model_version": {"model_version": "shop:v1"},
-    "tool": {"tool": "lookup_order"}, "error": {"error": "true"}, "since": {"since": TODAY}, "until": {"until": TODAY},
-    "text": {"q": "needle"}, "feedback": {"feedback": "down"},
-}  # fmt: skip
+    "none": {},
+    "outcome": {"outcome": "failure"},
+    "agent": {"agent": "shop"},
+    "model_version": {"model_version": "shop:v1"},
+    "tool": {"tool": "lookup_order"},
+    "error": {"error": "true"},
+    "since": {"since": TODAY},
+    "until": {"until": TODAY},
+    "text": {"q": "needle"},
+    "feedback": {"feedback": "down"},
+}
 TRIAGE_FILTERS = {
-    **TRAJECTORY_FILTERS, "bucket": {"bucket": "incomplete_execution"}, "suggested": {"suggested": "incomplete_execution"},
+    **TRAJECTORY_FILTERS,
+    "bucket": {"bucket": "incomplete_execution"},
+    "suggested": {"suggested": "incomplete_execution"},
     "state": {"state": ReviewState.REVIEWED},
-}  # fmt: skip
+}
 
 
 def _grow_steps(world: World, count: int) -> None:
@@ -149,24 +161,45 @@ def _grow_queues(world: World, count: int) -> None:
     add_trajectories(world, 1)
     start = len(world.objects.setdefault("queues", []))
     for number in range(start, start + count):
-        world.objects["queues"].append(queue_create(actor=world.viewer, name=f"queue {number}",
-                                                    filters=TriageFilters.from_json({"outcome": "failure"})))  # fmt: skip
+        world.objects["queues"].append(
+            queue_create(
+                actor=world.viewer, name=f"queue {number}", filters=TriageFilters.from_json({"outcome": "failure"})
+            )
+        )
 
 
 CASES = [
-    *[Case(f"trajectory list: {name}", _list("ingest:trajectory_list", **params), add_trajectories, _newest_trajectory)
-      for name, params in TRAJECTORY_FILTERS.items()],
-    *[Case(f"triage list: {name}", _list("triage:trajectory_list", **params), add_trajectories, _newest_trajectory)
-      for name, params in TRIAGE_FILTERS.items()],
-    Case("trace viewer", _trajectory_page("ingest:trajectory_detail"), _grow_steps,
-         lambda world: f"Where is order {10_000 + world.added}"),
-    Case("review page", _trajectory_page("triage:review"), _grow_steps,
-         lambda world: f"Where is order {10_000 + world.added}"),
+    *[
+        Case(
+            f"trajectory list: {name}", _list("ingest:trajectory_list", **params), add_trajectories, _newest_trajectory
+        )
+        for name, params in TRAJECTORY_FILTERS.items()
+    ],
+    *[
+        Case(f"triage list: {name}", _list("triage:trajectory_list", **params), add_trajectories, _newest_trajectory)
+        for name, params in TRIAGE_FILTERS.items()
+    ],
+    Case(
+        "trace viewer",
+        _trajectory_page("ingest:trajectory_detail"),
+        _grow_steps,
+        lambda world: f"Where is order {10_000 + world.added}",
+    ),
+    Case(
+        "review page",
+        _trajectory_page("triage:review"),
+        _grow_steps,
+        lambda world: f"Where is order {10_000 + world.added}",
+    ),
     Case("queue list", _list("triage:queue"), _grow_queues, lambda world: world.objects["queues"][-1].name),
-    Case("queue detail", lambda world: reverse("triage:queue_detail", kwargs={"queue_id": world.objects["queue"].pk}),
-         _grow_queue, _newest_trajectory),
+    Case(
+        "queue detail",
+        lambda world: reverse("triage:queue_detail", kwargs={"queue_id": world.objects["queue"].pk}),
+        _grow_queue,
+        _newest_trajectory,
+    ),
     Case("dashboards", _list("dashboards:index"), add_trajectories, lambda world: "Incomplete execution"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
