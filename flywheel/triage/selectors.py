@@ -11,13 +11,16 @@ name would tell of the agent). Queues are edited by their owner or an admin (`qu
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import astuple, dataclass, field, fields
 from datetime import date
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.db.models import (
     BooleanField,
     Count,
@@ -90,8 +93,8 @@ class TriageFilters:
         )
 
 
-def triage_queryset(filters: TriageFilters, *, viewer: User) -> QuerySet[Trajectory]:
-    rows = trajectory_queryset(filters.base, viewer=viewer)
+def triage_queryset(filters: TriageFilters, *, viewer: User, text: bool = True) -> QuerySet[Trajectory]:
+    rows = trajectory_queryset(filters.base, viewer=viewer, text=text)
     if filters.bucket:
         assigned = BucketAssignment.objects.filter(trajectory=OuterRef("pk"), bucket__slug=filters.bucket)
         rows = rows.filter(Exists(assigned))
@@ -114,14 +117,14 @@ def triage_page(
 ) -> tuple[list[Trajectory], Cursor | None]:
     """One page of the triage list, newest first, with reviews, buckets and suggestions; keyset-paginated."""
     rows = (
-        triage_queryset(filters, viewer=viewer)
+        triage_queryset(filters, viewer=viewer, text=False)
         .select_related("review")
         .prefetch_related(
             Prefetch("bucket_assignments", queryset=BucketAssignment.objects.select_related("bucket")),
             Prefetch("suggestions", queryset=Suggestion.objects.select_related("bucket")),
         )
     )
-    return keyset_page(rows, after=after, size=size)
+    return keyset_page(rows, after=after, size=size, text=filters.base.text)
 
 
 def triage_ids(filters: TriageFilters, *, viewer: User) -> list[UUID]:
@@ -325,6 +328,28 @@ class QueueProgress:
 
 def queue_progress(queue: Queue, *, viewer: User) -> QueueProgress:
     return queue_progress_many([queue], viewer=viewer)[queue.pk]
+
+
+def queue_progress_recent(queue: Queue, *, viewer: User) -> QueueProgress:
+    """The queue's progress as counted at most TRIAGE_PROGRESS_CACHE_SECONDS ago, for the review page.
+
+    Shared by the viewers who see the same agents; the queue's own page always counts afresh.
+    """
+    seconds = settings.TRIAGE_PROGRESS_CACHE_SECONDS
+    if not seconds:
+        return queue_progress(queue, viewer=viewer)
+    scope = (
+        "all"
+        if sees_all_agents(viewer)
+        else ",".join(sorted(map(str, visible_agents(viewer).values_list("pk", flat=True))))
+    )
+    key = f"triage:progress:{queue.pk}:{hashlib.sha256(scope.encode()).hexdigest()[:20]}"
+    cached = cache.get(key)
+    if cached is not None:
+        return QueueProgress(*cached)
+    progress = queue_progress(queue, viewer=viewer)
+    cache.set(key, astuple(progress), seconds)
+    return progress
 
 
 def queue_progress_many(queues: Sequence[Queue], *, viewer: User) -> dict[int, QueueProgress]:
