@@ -60,7 +60,7 @@ class Reviewer(HttpUser):
     def on_start(self) -> None:
         reviewers = CREDENTIALS["reviewers"]
         self.username = reviewers[next(_SIGN_INS) % len(reviewers)]
-        page = self.client.get("/accounts/login/", name="login")
+        page = self.client.get("/accounts/login/", name="login page")
         token = _CSRF_INPUT.search(page.text)
         self.client.post(
             "/accounts/login/",

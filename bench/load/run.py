@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     web = subprocess.Popen(
         [str(BIN / "gunicorn"), "flywheel.wsgi", "--bind", f"127.0.0.1:{args.port}",
-         "--workers", str(args.web_workers), "--threads", str(args.web_threads), "--timeout", "120"],
+         "--workers", str(args.web_workers), "--threads", str(args.web_threads), "--timeout", "120",
+         "--keep-alive", "30"],
         cwd=ROOT, env=env,
     )  # fmt: skip
     worker = None
