@@ -260,9 +260,6 @@ INGEST_READ_AHEAD_BYTES = env_int("INGEST_READ_AHEAD_BYTES", 8 << 20, minimum=10
 INGEST_PROGRESS_SECONDS = 5  # progress (the upload's heartbeat) is committed at least this often
 # A running upload whose progress is older than this lost its worker: the next claim takes it over.
 INGEST_STALE_SECONDS = env_int("INGEST_STALE_SECONDS", 300, minimum=10)
-# The review page's queue progress bar is counted at most this often per queue (and per set of
-# agents seen): a count of a queue's members costs seconds at a million trajectories. 0: every time.
-TRIAGE_PROGRESS_CACHE_SECONDS = env_int("TRIAGE_PROGRESS_CACHE_SECONDS", 15, minimum=0)
 INGEST_MAX_ATTEMPTS = env_int("INGEST_MAX_ATTEMPTS", 3, minimum=1)
 # Keep the raw file of a processed upload (never kept when redaction was asked for).
 INGEST_KEEP_RAW_UPLOADS = env_bool("INGEST_KEEP_RAW_UPLOADS", False)
@@ -355,3 +352,8 @@ SERVE_COMMAND = env_list("SERVE_COMMAND", [sys.executable, "-m", "trainer", "ser
 # version's adapter loaded at runtime by name, the trainer's chat template and the hermes tool parser).
 SERVE_ENGINE = env_choice("SERVE_ENGINE", "trainer", ("trainer", "vllm"))
 VLLM_SERVE_COMMAND = env_list("VLLM_SERVE_COMMAND", [str(_VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"])
+
+# --- Triage ---------------------------------------------------------------------------------
+# The review page's queue progress bar is counted at most this often per queue (and per set of
+# agents seen): a count of a queue's members costs seconds at a million trajectories. 0: every time.
+TRIAGE_PROGRESS_CACHE_SECONDS = env_int("TRIAGE_PROGRESS_CACHE_SECONDS", 15, minimum=0)

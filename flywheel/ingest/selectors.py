@@ -101,31 +101,36 @@ def keyset_page(
 ) -> tuple[list[Trajectory], Cursor | None]:
     """Newest first from `after` on, by (ingested_at, id): no OFFSET, so deep pages cost what the first does.
 
-    With `text`, the rows containing it. The newest TEXT_PROBE_ROWS rows are searched first: a common
-    word fills the page from them, where the trigram index would hand over every row that holds it to
-    be read again (PostgreSQL cannot estimate how many, so it always takes the index). A rarer text
-    falls back to the index, which then finds few rows. Both give the same page.
+    With `text`, the rows containing it: see `_text_page`.
     """
     if after is not None:
         rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
     ordered = rows.order_by("-ingested_at", "-id")
-    page: list[Trajectory] = []
-    if text:
-        # From the oldest of those rows on, in the list's order, with the same test as icontains on an
-        # expression the trigram index does not cover: PostgreSQL walks the recent rows and stops at
-        # a full page, where with the index it would reread every row holding the text.
-        newest = list(ordered.values_list("ingested_at", flat=True)[:TEXT_PROBE_ROWS])
-        unindexed = Concat("search_text", Value(""), output_field=TextField())
-        probe = ordered.alias(probe_text=unindexed).filter(ingested_at__gte=newest[-1], probe_text__icontains=text)
-        page = list(probe[: size + 1]) if newest else []
-        if len(page) <= size:
-            page = list(ordered.filter(search_text__icontains=text)[: size + 1])
-    else:
-        page = list(ordered[: size + 1])
+    page = _text_page(ordered, text=text, size=size) if text else list(ordered[: size + 1])
     if len(page) <= size:
         return page, None
     last = page[size - 1]
     return page[:size], Cursor(last.ingested_at, last.id)
+
+
+def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[Trajectory]:
+    """The first `size + 1` of `ordered` containing `text`: among the newest TEXT_PROBE_ROWS rows first.
+
+    A common word fills the page from those rows. Through the trigram index PostgreSQL would reread
+    every row holding it (it cannot tell how many), seconds for a word in half the trajectories. A
+    rarer text falls back to the index, which then hands over few rows. Both give the same page:
+    the newest rows are all read before any older one could be listed.
+    """
+    newest = list(ordered.values_list("ingested_at", flat=True)[:TEXT_PROBE_ROWS])
+    if not newest:
+        return []
+    # The same test as icontains, on an expression the trigram index does not cover.
+    unindexed = Concat("search_text", Value(""), output_field=TextField())
+    probe = ordered.alias(probe_text=unindexed).filter(ingested_at__gte=newest[-1], probe_text__icontains=text)
+    page: list[Trajectory] = list(probe[: size + 1])
+    if len(page) <= size:
+        page = list(ordered.filter(search_text__icontains=text)[: size + 1])
+    return page
 
 
 def trajectory_visible(*, viewer: User) -> QuerySet[Trajectory]:

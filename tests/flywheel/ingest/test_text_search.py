@@ -53,3 +53,7 @@ def test_the_text_search_pages_after_a_cursor_like_the_unfiltered_list(viewer, m
                                                               size=10)[0]]  # fmt: skip
     assert sum(_pages(viewer, "refund", 4), []) == everything
     assert Cursor.decode("not a cursor") is None
+
+
+def test_a_text_search_with_nothing_stored_is_an_empty_page(viewer):
+    assert _pages(viewer, "refund", 5) == [[]]
