@@ -352,3 +352,8 @@ SERVE_COMMAND = env_list("SERVE_COMMAND", [sys.executable, "-m", "trainer", "ser
 # version's adapter loaded at runtime by name, the trainer's chat template and the hermes tool parser).
 SERVE_ENGINE = env_choice("SERVE_ENGINE", "trainer", ("trainer", "vllm"))
 VLLM_SERVE_COMMAND = env_list("VLLM_SERVE_COMMAND", [str(_VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"])
+
+# --- Triage ---------------------------------------------------------------------------------
+# The review page's queue progress bar is counted at most this often per queue (and per set of
+# agents seen): a count of a queue's members costs seconds at a million trajectories. 0: every time.
+TRIAGE_PROGRESS_CACHE_SECONDS = env_int("TRIAGE_PROGRESS_CACHE_SECONDS", 15, minimum=0)

@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 
 from flywheel.core.selectors import agents_filter
-from flywheel.datasets.models import Environment, RegressionTask, TaskSetSnapshot
+from flywheel.datasets.models import Environment, RegressionTask, TaskRevision, TaskSetSnapshot
 from flywheel.ingest.models import Step
 from flywheel.ingest.parsers.base import RecordError
 from flywheel.ingest.trace import trace_steps
@@ -39,6 +39,11 @@ def task_visible(*, viewer: User) -> QuerySet[RegressionTask]:
 
 def task_get(*, task_id: UUID, viewer: User) -> RegressionTask | None:
     return task_visible(viewer=viewer).select_related("agent", "bucket").filter(pk=task_id).first()
+
+
+def task_revisions(*, task: RegressionTask) -> QuerySet[TaskRevision]:
+    """The task's revisions with their authors, in one query."""
+    return task.revisions.select_related("author")
 
 
 def task_duplicate_of(*, task: RegressionTask, viewer: User) -> RegressionTask | None:

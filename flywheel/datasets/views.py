@@ -60,7 +60,7 @@ def _snapshot(request: AuthedRequest, snapshot_id: UUID) -> TaskSetSnapshot:
 @permission_required(Perm.VIEW)
 def task_detail(request: AuthedRequest, task_id: UUID) -> HttpResponse:
     task = _task(request, task_id)
-    context = {"task": task, "revisions": task.revisions.all(),
+    context = {"task": task, "revisions": selectors.task_revisions(task=task),
                "duplicate_of": selectors.task_duplicate_of(task=task, viewer=request.user),
                "message_steps": selectors.task_message_steps(task=task),
                "episode": selectors.task_episode(task=task)}  # fmt: skip

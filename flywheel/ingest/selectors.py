@@ -12,13 +12,16 @@ from datetime import date, datetime, time, timedelta
 from uuid import UUID
 
 from django.contrib.auth.models import User
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, TextField, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from flywheel.core.selectors import agent_names_filter, agents_filter, sees_all_agents
 from flywheel.ingest.models import Feedback, Outcome, Step, Trajectory, Upload
 
 FEEDBACK_ANY = "any"
+# How many of the newest rows a text search reads before it turns to the trigram index (keyset_page).
+TEXT_PROBE_ROWS = 500
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,9 @@ def _day_start(day: date) -> datetime:
     return timezone.make_aware(datetime.combine(day, time.min))
 
 
-def trajectory_queryset(filters: TrajectoryFilters, *, viewer: User) -> QuerySet[Trajectory]:
+def trajectory_queryset(filters: TrajectoryFilters, *, viewer: User, text: bool = True) -> QuerySet[Trajectory]:
+    """The trajectories `viewer` may see that match `filters`; without the text filter when `text` is False
+    (`keyset_page` applies it itself, newest rows first)."""
     rows = Trajectory.objects.select_related("agent").filter(agents_filter(viewer))
     if filters.outcome:
         rows = rows.filter(outcome=filters.outcome)
@@ -73,7 +78,7 @@ def trajectory_queryset(filters: TrajectoryFilters, *, viewer: User) -> QuerySet
         rows = rows.filter(ingested_at__lt=_day_start(filters.until + timedelta(days=1)))
     if filters.tool:
         rows = rows.filter(Exists(Step.objects.filter(trajectory=OuterRef("pk"), tool_name=filters.tool)))
-    if filters.text:
+    if filters.text and text:
         rows = rows.filter(search_text__icontains=filters.text)
     if filters.feedback:
         given = Feedback.objects.filter(trajectory=OuterRef("pk"))
@@ -87,20 +92,45 @@ def trajectory_page(
     *, filters: TrajectoryFilters, viewer: User, after: Cursor | None, size: int = 50
 ) -> tuple[list[Trajectory], Cursor | None]:
     """One page of the list and the cursor of the next one (None on the last page)."""
-    return keyset_page(trajectory_queryset(filters, viewer=viewer), after=after, size=size)
+    rows = trajectory_queryset(filters, viewer=viewer, text=False)
+    return keyset_page(rows, after=after, size=size, text=filters.text)
 
 
 def keyset_page(
-    rows: QuerySet[Trajectory], *, after: Cursor | None, size: int
+    rows: QuerySet[Trajectory], *, after: Cursor | None, size: int, text: str = ""
 ) -> tuple[list[Trajectory], Cursor | None]:
-    """Newest first from `after` on, by (ingested_at, id): no OFFSET, so deep pages cost what the first does."""
+    """Newest first from `after` on, by (ingested_at, id): no OFFSET, so deep pages cost what the first does.
+
+    With `text`, the rows containing it: see `_text_page`.
+    """
     if after is not None:
         rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
-    page = list(rows.order_by("-ingested_at", "-id")[: size + 1])
+    ordered = rows.order_by("-ingested_at", "-id")
+    page = _text_page(ordered, text=text, size=size) if text else list(ordered[: size + 1])
     if len(page) <= size:
         return page, None
     last = page[size - 1]
     return page[:size], Cursor(last.ingested_at, last.id)
+
+
+def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[Trajectory]:
+    """The first `size + 1` of `ordered` containing `text`: among the newest TEXT_PROBE_ROWS rows first.
+
+    A common word fills the page from those rows. Through the trigram index PostgreSQL would reread
+    every row holding it (it cannot tell how many), seconds for a word in half the trajectories. A
+    rarer text falls back to the index, which then hands over few rows. Both give the same page:
+    the newest rows are all read before any older one could be listed.
+    """
+    newest = list(ordered.values_list("ingested_at", flat=True)[:TEXT_PROBE_ROWS])
+    if not newest:
+        return []
+    # The same test as icontains, on an expression the trigram index does not cover.
+    unindexed = Concat("search_text", Value(""), output_field=TextField())
+    probe = ordered.alias(probe_text=unindexed).filter(ingested_at__gte=newest[-1], probe_text__icontains=text)
+    page: list[Trajectory] = list(probe[: size + 1])
+    if len(page) <= size:
+        page = list(ordered.filter(search_text__icontains=text)[: size + 1])
+    return page
 
 
 def trajectory_visible(*, viewer: User) -> QuerySet[Trajectory]:

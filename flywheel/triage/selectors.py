@@ -11,14 +11,29 @@ name would tell of the agent). Queues are edited by their owner or an admin (`qu
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import astuple, dataclass, field, fields
 from datetime import date
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import BooleanField, Count, Exists, Min, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.core.cache import cache
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    IntegerField,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.utils import timezone
 
 from flywheel.core.roles import Perm
@@ -78,8 +93,8 @@ class TriageFilters:
         )
 
 
-def triage_queryset(filters: TriageFilters, *, viewer: User) -> QuerySet[Trajectory]:
-    rows = trajectory_queryset(filters.base, viewer=viewer)
+def triage_queryset(filters: TriageFilters, *, viewer: User, text: bool = True) -> QuerySet[Trajectory]:
+    rows = trajectory_queryset(filters.base, viewer=viewer, text=text)
     if filters.bucket:
         assigned = BucketAssignment.objects.filter(trajectory=OuterRef("pk"), bucket__slug=filters.bucket)
         rows = rows.filter(Exists(assigned))
@@ -102,14 +117,14 @@ def triage_page(
 ) -> tuple[list[Trajectory], Cursor | None]:
     """One page of the triage list, newest first, with reviews, buckets and suggestions; keyset-paginated."""
     rows = (
-        triage_queryset(filters, viewer=viewer)
+        triage_queryset(filters, viewer=viewer, text=False)
         .select_related("review")
         .prefetch_related(
             Prefetch("bucket_assignments", queryset=BucketAssignment.objects.select_related("bucket")),
             Prefetch("suggestions", queryset=Suggestion.objects.select_related("bucket")),
         )
     )
-    return keyset_page(rows, after=after, size=size)
+    return keyset_page(rows, after=after, size=size, text=filters.base.text)
 
 
 def triage_ids(filters: TriageFilters, *, viewer: User) -> list[UUID]:
@@ -312,14 +327,54 @@ class QueueProgress:
 
 
 def queue_progress(queue: Queue, *, viewer: User) -> QueueProgress:
-    live_claim = Q(review__state=ReviewState.UNREVIEWED, review__claimed_until__gt=timezone.now())
-    counts = queue_members(queue, viewer=viewer).aggregate(
-        total=Count("pk"),
-        reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
-        skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
-        claimed=Count("pk", filter=live_claim),
+    return queue_progress_many([queue], viewer=viewer)[queue.pk]
+
+
+def queue_progress_recent(queue: Queue, *, viewer: User) -> QueueProgress:
+    """The queue's progress as counted at most TRIAGE_PROGRESS_CACHE_SECONDS ago, for the review page.
+
+    Shared by the viewers who see the same agents; the queue's own page always counts afresh.
+    """
+    seconds = settings.TRIAGE_PROGRESS_CACHE_SECONDS
+    if not seconds:
+        return queue_progress(queue, viewer=viewer)
+    scope = (
+        "all"
+        if sees_all_agents(viewer)
+        else ",".join(sorted(map(str, visible_agents(viewer).values_list("pk", flat=True))))
     )
-    return QueueProgress(**counts)
+    key = f"triage:progress:{queue.pk}:{hashlib.sha256(scope.encode()).hexdigest()[:20]}"
+    cached = cache.get(key)
+    if cached is not None:
+        return QueueProgress(*cached)
+    progress = queue_progress(queue, viewer=viewer)
+    cache.set(key, astuple(progress), seconds)
+    return progress
+
+
+def queue_progress_many(queues: Sequence[Queue], *, viewer: User) -> dict[int, QueueProgress]:
+    """Each queue's progress, in one query whatever the number of queues (a UNION ALL of their counts)."""
+    live_claim = Q(review__state=ReviewState.UNREVIEWED, review__claimed_until__gt=timezone.now())
+    parts = [
+        queue_members(queue, viewer=viewer)
+        .annotate(queue_id=Value(queue.pk, output_field=IntegerField()))
+        .values("queue_id")
+        .annotate(
+            total=Count("pk"),
+            reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
+            skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
+            claimed=Count("pk", filter=live_claim),
+        )
+        .order_by()
+        for queue in queues
+    ]
+    if not parts:
+        return {}
+    rows = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
+    found = {
+        row["queue_id"]: QueueProgress(row["total"], row["reviewed"], row["skipped"], row["claimed"]) for row in rows
+    }
+    return {queue.pk: found.get(queue.pk, QueueProgress(0, 0, 0, 0)) for queue in queues}
 
 
 @dataclass(frozen=True)
@@ -353,8 +408,9 @@ def queue_reviewer_progress(queue: Queue, *, viewer: User) -> list[ReviewerProgr
 
 
 def queue_list(*, viewer: User) -> list[tuple[Queue, QueueProgress]]:
-    queues = queue_visible(viewer=viewer).prefetch_related("reviewers")
-    return [(queue, queue_progress(queue, viewer=viewer)) for queue in queues]
+    queues = list(queue_visible(viewer=viewer).prefetch_related("reviewers"))
+    progress = queue_progress_many(queues, viewer=viewer)
+    return [(queue, progress[queue.pk]) for queue in queues]
 
 
 def queue_recent_members(queue: Queue, *, viewer: User, limit: int = 50) -> list[QueueMember]:

@@ -172,7 +172,7 @@ def _review_context(
     return {
         "page": page,
         "queue": queue,
-        "progress": selectors.queue_progress(queue, viewer=request.user) if queue else None,
+        "progress": selectors.queue_progress_recent(queue, viewer=request.user) if queue else None,
         "can_edit": request.user.has_perm(Perm.TRIAGE),
         "previous": previous,
     }

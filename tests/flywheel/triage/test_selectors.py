@@ -135,3 +135,31 @@ def test_the_tenth_bucket_gets_key_zero_and_later_ones_none(make_user):
         services.bucket_create(actor=admin, name=f"Custom {number}")
     keys = [selectors.bucket_keys(selectors.bucket_list()).get(b.pk) for b in selectors.bucket_list()]
     assert keys[7:] == ["8", "9", "0", None]
+
+
+def test_the_queue_list_counts_each_queue_as_its_own_page_does(stored, make_user, operator):
+    rita = make_user(Role.REVIEWER, "rita")
+    failures = TriageFilters(base=TrajectoryFilters(outcome="failure"))
+    queues = [
+        services.queue_create(actor=rita, name="fails", filters=failures),
+        services.queue_create(actor=rita, name="all", filters=TriageFilters(base=TrajectoryFilters(agent="shop"))),
+        services.queue_create(actor=rita, name="by hand", filters=TriageFilters()),
+    ]
+    services.review_submit(actor=rita, trajectory=services.queue_next(queue=queues[0], reviewer=rita), choices=[])
+    listed = dict(selectors.queue_list(viewer=operator))
+    assert [listed[queue] for queue in queues] == [selectors.queue_progress(q, viewer=operator) for q in queues]
+    assert [(listed[queue].total, listed[queue].reviewed) for queue in queues] == [(2, 1), (3, 1), (0, 0)]
+
+
+def test_the_review_pages_progress_is_counted_at_most_once_a_while(stored, make_user, operator, settings):
+    settings.TRIAGE_PROGRESS_CACHE_SECONDS = 60
+    rita = make_user(Role.REVIEWER, "rita")
+    queue = services.queue_create(
+        actor=rita, name="recounted", filters=TriageFilters(base=TrajectoryFilters(outcome="failure"))
+    )
+    before = selectors.queue_progress_recent(queue, viewer=operator)
+    services.review_submit(actor=rita, trajectory=services.queue_next(queue=queue, reviewer=rita), choices=[])
+    assert selectors.queue_progress_recent(queue, viewer=operator) == before  # counted a moment ago
+    assert selectors.queue_progress(queue, viewer=operator).reviewed == before.reviewed + 1  # the queue page's count
+    settings.TRIAGE_PROGRESS_CACHE_SECONDS = 0
+    assert selectors.queue_progress_recent(queue, viewer=operator).reviewed == before.reviewed + 1

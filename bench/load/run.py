@@ -1,0 +1,169 @@
+"""Run the load test: the app under gunicorn on a generated database, 20 locust users, figures out.
+
+    python -m bench.load.run postgres://postgres:postgres@127.0.0.1:5432/flywheel_load \
+        --broker redis://127.0.0.1:6379/15 --run-time 3m
+
+It refuses a database `generate.py` did not fill. It starts gunicorn (as production does, bound
+to 127.0.0.1) and one Celery worker on the `default` queue (the suggestions and queue rules
+that follow ingestion run there, as in production), waits for `/healthz`, runs locust headless
+for `--run-time` (CSV under `--out`), stops everything and prints p50/p95/p99 per page, the
+error rate, ingest throughput while the users browsed, and the database's size before and
+after. The ingest API's rate limit is raised for the run (one token posts every batch).
+
+Not covered: a remote app (127.0.0.1 only), TLS, several web hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+
+from bench.load.generate import MARKER, ROOT
+
+BIN = Path(sys.executable).parent
+PAGES_WITH_TARGET = ("triage list", "trajectory list", "review page", "trace viewer")
+TARGET_P95_MS = 150
+
+
+def _refuse_unless_generated(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        tables = {row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        if MARKER not in tables:
+            sys.exit("refused: this database was not filled by bench/load/generate.py")
+        return _size(conn)
+
+
+def _size(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _app_env(url: str, broker: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DATABASE_URL": url,
+        "CELERY_BROKER_URL": broker,
+        "CACHE_URL": broker,  # rate limits and lockout counted across processes, as in production
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(32),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "API_RATE_LIMIT_INGEST": "1000000",
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+def _wait_healthy(base: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base}/healthz", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    sys.exit(f"the app at {base} did not answer /healthz within {seconds:.0f} s")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _figures(stats_csv: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
+    with stats_csv.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    total = next(row for row in rows if row["Name"] == "Aggregated")
+    return [row for row in rows if row["Name"] != "Aggregated"], total
+
+
+def _report(rows: list[dict[str, str]], total: dict[str, str], ingest: dict[str, float], sizes: tuple[int, int]) -> str:
+    lines = [f"{'page':<34} {'requests':>8} {'errors':>6} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}"]
+    for row in sorted(rows, key=lambda row: row["Name"]):
+        over = any(row["Name"].startswith(page) for page in PAGES_WITH_TARGET) and float(row["95%"]) > TARGET_P95_MS
+        lines.append(
+            f"{row['Name']:<34} {row['Request Count']:>8} {row['Failure Count']:>6} {row['50%']:>7} "
+            f"{row['95%']:>7} {row['99%']:>7}{'  > target' if over else ''}"
+        )
+    requests, failures = int(total["Request Count"]), int(total["Failure Count"])
+    seconds = max(ingest.get("stopped", 0) - ingest.get("started", 0), 1e-9)
+    lines += [
+        f"{'all':<34} {requests:>8} {failures:>6} {total['50%']:>7} {total['95%']:>7} {total['99%']:>7}",
+        f"error rate: {100 * failures / max(requests, 1):.3f}% of {requests} requests",
+        f"ingest while browsing: {ingest.get('stored', 0) / seconds:.0f} trajectories/s "
+        f"({int(ingest.get('stored', 0))} stored of {int(ingest.get('posted', 0))} posted in {seconds:.0f} s)",
+        f"database: {sizes[0] / 2**30:.2f} GiB before, {sizes[1] / 2**30:.2f} GiB after",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("url", help="a database bench/load/generate.py filled")
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/15")
+    parser.add_argument("--credentials", type=Path, default=ROOT / "var" / "load" / "credentials.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "var" / "load")
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--spawn-rate", type=float, default=5)
+    parser.add_argument("--run-time", default="3m")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--web-workers", type=int, default=4)
+    parser.add_argument("--web-threads", type=int, default=2)
+    parser.add_argument("--no-worker", action="store_true", help="no Celery worker: suggestions wait in the broker")
+    args = parser.parse_args(argv)
+    before = _refuse_unless_generated(args.url)
+    env = _app_env(args.url, args.broker)
+    base = f"http://127.0.0.1:{args.port}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    web = subprocess.Popen(
+        [str(BIN / "gunicorn"), "flywheel.wsgi", "--bind", f"127.0.0.1:{args.port}",
+         "--workers", str(args.web_workers), "--threads", str(args.web_threads), "--timeout", "120",
+         "--keep-alive", "30"],
+        cwd=ROOT, env=env,
+    )  # fmt: skip
+    worker = None
+    if not args.no_worker:
+        worker = subprocess.Popen(
+            [str(BIN / "celery"), "-A", "flywheel", "worker", "-Q", "default", "--concurrency", "1",
+             "--loglevel", "WARNING", "-n", f"load-{os.getpid()}@%h"],
+            cwd=ROOT, env=env,
+        )  # fmt: skip
+    ingest_out = args.out / "ingest.json"
+    try:
+        _wait_healthy(base)
+        locust_env = {**env, "LOAD_CREDENTIALS": str(args.credentials), "LOAD_INGEST_OUT": str(ingest_out)}
+        subprocess.run(
+            [str(BIN / "locust"), "-f", str(Path(__file__).with_name("locustfile.py")), "--headless",
+             "--users", str(args.users), "--spawn-rate", str(args.spawn_rate), "--run-time", args.run_time,
+             "--host", base, "--csv", str(args.out / "load"), "--only-summary", "--stop-timeout", "10"],
+            cwd=ROOT, env=locust_env, check=False,
+        )  # fmt: skip
+    finally:
+        _stop(web)
+        if worker is not None:
+            _stop(worker)
+    with psycopg.connect(args.url) as conn:
+        after = _size(conn)
+    rows, total = _figures(args.out / "load_stats.csv")
+    ingest = json.loads(ingest_out.read_text()) if ingest_out.exists() else {}
+    print(_report(rows, total, ingest, (before, after)))
+
+
+if __name__ == "__main__":
+    main()
