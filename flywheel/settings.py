@@ -102,6 +102,9 @@ DATABASES = {
     ),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60 if PRODUCTION else 0, minimum=0)
+# How long a unit of work that lost its connection (the server restarting, a failover) keeps trying
+# on a new one before it gives up: an ingestion batch, an upload's progress (flywheel.core.db).
+DATABASE_RECONNECT_SECONDS = env_int("DATABASE_RECONNECT_SECONDS", 60, minimum=0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Writers take the lock when their transaction begins and wait for it up to 20 s, instead of
     # failing with "database is locked" when two of them meet (Django 5.1+).
