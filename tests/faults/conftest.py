@@ -201,4 +201,3 @@ def small_filesystem(tmp_path) -> Iterator[Callable[[int], Path]]:
     yield mount
     for point in mounts:
         subprocess.run(["umount", "-l", str(point)], check=False)
-
