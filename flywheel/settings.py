@@ -183,6 +183,11 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker restart while a job or an upload runs must not stop it: the work is claimed in the
+# database, beats its own heartbeat there and finishes once; the message it came in is lost with the
+# connection either way, and a redelivery of it finds the work claimed and does nothing. (Celery 6
+# will cancel such tasks by default: this keeps them running.)
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 

@@ -163,24 +163,29 @@ def private_redis(tmp_path) -> Iterator[PrivateRedis]:
         server.stop()
 
 
-def _point_celery_at(url: str) -> None:
-    app.conf.broker_url = app.conf.result_backend = url
-    # Connections and producers are pooled per app: drop them, so the next message goes to `url`.
+def _drop_celery_connections() -> None:
+    # Connections, producers and the result store are kept by the app: drop them, so the next use
+    # connects to the URLs in the environment.
     if app._pool is not None:
         app._pool.force_close_all()
     app._pool = None
     app.amqp._producer_pool = None
+    app._backend_cache = None
+    app._local.__dict__.pop("backend", None)
 
 
 @pytest.fixture
-def private_broker(private_redis, settings) -> Iterator[dict[str, str]]:
+def private_broker(private_redis, settings, monkeypatch) -> Iterator[dict[str, str]]:
     """This process (its messages and /healthz) and the workers it starts on the private Redis; the env to give them."""
-    shared = app.conf.broker_url, app.conf.result_backend
+    private = {"CELERY_BROKER_URL": private_redis.url, "CELERY_RESULT_BACKEND": private_redis.url}
     settings.CELERY_BROKER_URL = private_redis.url
-    _point_celery_at(private_redis.url)
-    yield {"CELERY_BROKER_URL": private_redis.url, "CELERY_RESULT_BACKEND": private_redis.url}
-    _point_celery_at(shared[0])
-    app.conf.result_backend = shared[1]
+    # Celery reads these two from the environment before its configuration.
+    for name, value in private.items():
+        monkeypatch.setenv(name, value)
+    _drop_celery_connections()
+    yield private
+    monkeypatch.undo()
+    _drop_celery_connections()
 
 
 @pytest.fixture
