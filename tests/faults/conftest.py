@@ -8,7 +8,9 @@ in a folder that user owns. A tmpfs needs mount rights (root, as in CI).
 from __future__ import annotations
 
 import glob
+import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -24,6 +26,7 @@ import redis
 
 from flywheel.celery import app
 from tests.conftest import database_url_for_workers
+from trainer.spec.adapters import CONFIG_FILE, WEIGHTS_FILE, write_manifest
 
 START_SECONDS = 30
 
@@ -206,3 +209,12 @@ def small_filesystem(tmp_path) -> Iterator[Callable[[int], Path]]:
     yield mount
     for point in mounts:
         subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def adapter(folder: Path, weights_bytes: int, seed: int) -> Path:
+    """An adapter folder as the registry checks it: config, weights and a manifest with their hashes."""
+    folder.mkdir(parents=True)
+    (folder / CONFIG_FILE).write_text(json.dumps({"peft_type": "LORA", "r": 4, "seed": seed}))
+    (folder / WEIGHTS_FILE).write_bytes(random.Random(seed).randbytes(weights_bytes))
+    write_manifest(folder, base_model="tiny")
+    return folder

@@ -6,8 +6,6 @@ with ENOSPC from the kernel, part of the way through the weights.
 
 from __future__ import annotations
 
-import json
-import random
 import shutil
 from pathlib import Path
 
@@ -17,19 +15,10 @@ from flywheel.core.services import agent_create
 from flywheel.registry import storage
 from flywheel.registry.models import ModelVersion
 from flywheel.registry.services import RegistryRefused, version_register
-from trainer.spec.adapters import CONFIG_FILE, WEIGHTS_FILE, write_manifest
+from tests.faults.conftest import adapter
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 STORE_BYTES = 1 << 20
-
-
-def adapter(folder: Path, weights_bytes: int, seed: int) -> Path:
-    """An adapter folder as the registry checks it: config, weights and a manifest with their hashes."""
-    folder.mkdir(parents=True)
-    (folder / CONFIG_FILE).write_text(json.dumps({"peft_type": "LORA", "r": 4, "seed": seed}))
-    (folder / WEIGHTS_FILE).write_bytes(random.Random(seed).randbytes(weights_bytes))
-    write_manifest(folder, base_model="tiny")
-    return folder
 
 
 def contents(store: Path) -> list[str]:
