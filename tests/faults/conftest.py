@@ -166,11 +166,10 @@ def private_redis(tmp_path) -> Iterator[PrivateRedis]:
         server.stop()
 
 
-def _drop_celery_connections() -> None:
-    # Connections, producers and the result store are kept by the app: drop them, so the next use
-    # connects to the URLs in the environment.
-    if app._pool is not None:
-        app._pool.force_close_all()
+def _forget_celery_connections() -> None:
+    # The app keeps its connection pool, producers and result store: drop its references, so the next
+    # use connects to the URLs in the environment. The pools themselves stay in kombu's registry (keyed
+    # by URL) for whoever uses that URL again: closing one there for good would break the shared broker's.
     app._pool = None
     app.amqp._producer_pool = None
     app._backend_cache = None
@@ -185,10 +184,12 @@ def private_broker(private_redis, settings, monkeypatch) -> Iterator[dict[str, s
     # Celery reads these two from the environment before its configuration.
     for name, value in private.items():
         monkeypatch.setenv(name, value)
-    _drop_celery_connections()
+    _forget_celery_connections()
     yield private
+    if app._pool is not None:
+        app._pool.force_close_all(close_pool=False)  # the private Redis's sockets; the pool may serve again
     monkeypatch.undo()
-    _drop_celery_connections()
+    _forget_celery_connections()
 
 
 @pytest.fixture
