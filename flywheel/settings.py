@@ -102,6 +102,9 @@ DATABASES = {
     ),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("CONN_MAX_AGE", 60 if PRODUCTION else 0, minimum=0)
+# How long a unit of work that lost its connection (the server restarting, a failover) keeps trying
+# on a new one before it gives up: an ingestion batch, an upload's progress (flywheel.core.db).
+DATABASE_RECONNECT_SECONDS = env_int("DATABASE_RECONNECT_SECONDS", 60, minimum=0)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Writers take the lock when their transaction begins and wait for it up to 20 s, instead of
     # failing with "database is locked" when two of them meet (Django 5.1+).
@@ -180,6 +183,11 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker restart while a job or an upload runs must not stop it: the work is claimed in the
+# database, beats its own heartbeat there and finishes once; the message it came in is lost with the
+# connection either way, and a redelivery of it finds the work claimed and does nothing. (Celery 6
+# will cancel such tasks by default: this keeps them running.)
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 

@@ -82,7 +82,8 @@ def celery_worker_process(django_db_setup, tmp_path) -> Iterator[Callable[..., s
     """start(queues) runs `celery worker` as a real subprocess on the test database; stopped after the test."""
     workers: list[subprocess.Popen] = []
 
-    def start(queues: str = "default,gpu", env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(queues: str = "default,gpu", env: dict[str, str] | None = None, pool: str = "solo") -> subprocess.Popen:
+        """`pool`: solo (the task runs in the worker's own process), or prefork (one child, as production runs)."""
         env = {
             **os.environ,
             "DATABASE_URL": database_url_for_workers(),
@@ -101,7 +102,9 @@ def celery_worker_process(django_db_setup, tmp_path) -> Iterator[Callable[..., s
             "-Q",
             queues,
             "--pool",
-            "solo",
+            pool,
+            "--concurrency",
+            "1",
             "--without-mingle",
             "--without-gossip",
             "--loglevel",

@@ -1,4 +1,5 @@
-"""Database helpers shared by the apps: bulk inserts that use COPY on PostgreSQL.
+"""Database helpers shared by the apps: bulk inserts that use COPY on PostgreSQL, and transactions
+that ride out a lost connection.
 
 Only inserts: no upserts, no returned ids, no signals. The SQLite path builds model instances
 and calls `bulk_create`, so both databases store the same values.
@@ -7,13 +8,24 @@ and calls `bulk_create`, so both databases store the same values.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from django.db import connections, models, router
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connections, models, router, transaction
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
+# SQLSTATEs of a server going away or not back yet: class 08 (connection exception), and
+# admin_shutdown, crash_shutdown, cannot_connect_now (a fast restart, a crash, "starting up").
+_SERVER_GONE_STATES = ("57P01", "57P02", "57P03")
+RECONNECT_FIRST_WAIT_SECONDS = 0.5
+RECONNECT_LONGEST_WAIT_SECONDS = 5.0
 
 COPY_CHUNK_ROWS = 1000
 
@@ -116,3 +128,44 @@ def bulk_insert(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> No
     with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(sql) as copy:
         for start in range(0, len(rows), COPY_CHUNK_ROWS):
             copy.write(copy_text(model, rows[start : start + COPY_CHUNK_ROWS]))
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether `error` says the database server went away (restart, crash, network), not that the work was wrong.
+
+    A deadlock or a lock timeout is an OperationalError too, but the connection is fine: those are not it.
+    """
+    if not isinstance(error, OperationalError | InterfaceError):
+        return False
+    state = getattr(error.__cause__, "sqlstate", None)
+    return state is None or state.startswith("08") or state in _SERVER_GONE_STATES
+
+
+def atomic_reconnecting(work: Callable[[], _T], *, what: str) -> _T:
+    """`work()` in a transaction of its own; when the connection is lost, run it again on a new one.
+
+    A lost connection takes the whole transaction with it (the server rolls it back), so running
+    `work` again from the start is safe, as long as it changes nothing outside the database or
+    undoes that itself. Waits double from half a second up to five, for DATABASE_RECONNECT_SECONDS
+    in all, then the error is raised. Inside an outer transaction nothing is retried: the outer
+    work was lost with the connection, and only its owner can redo it.
+    """
+    connection = transaction.get_connection()
+    if connection.in_atomic_block:
+        with transaction.atomic():
+            return work()
+    deadline = time.monotonic() + settings.DATABASE_RECONNECT_SECONDS
+    wait = RECONNECT_FIRST_WAIT_SECONDS
+    while True:
+        try:
+            with transaction.atomic():
+                return work()
+        except (OperationalError, InterfaceError) as error:
+            if not connection_lost(error) or time.monotonic() + wait > deadline:
+                raise
+            logger.warning("%s: the database connection was lost (%s); retrying in %.1f s", what,
+                           str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+                           wait)  # fmt: skip
+            connection.close()  # a fresh connection for the next try; closing a dead one raises nothing
+            time.sleep(wait)
+            wait = min(wait * 2, RECONNECT_LONGEST_WAIT_SECONDS)

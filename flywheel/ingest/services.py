@@ -22,7 +22,7 @@ import math
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from functools import partial
 from itertools import islice
@@ -39,7 +39,7 @@ from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from flywheel.core.db import bulk_insert
+from flywheel.core.db import atomic_reconnecting, bulk_insert
 from flywheel.core.models import Agent
 from flywheel.core.selectors import ingest_agent_names
 from flywheel.core.services import audit_record, outbox_due, outbox_send, tools_normalize
@@ -101,6 +101,14 @@ class IngestReport:
         self.rejected += 1
         if len(self.errors) < settings.INGEST_ERRORS_KEPT:
             self.errors.append({"line": line, "reason": reason})
+
+    def copy(self) -> IngestReport:
+        return replace(self, errors=list(self.errors))
+
+    def take(self, other: IngestReport) -> None:
+        """Become `other`: the counts of a batch, once its transaction has committed."""
+        for item in fields(self):
+            setattr(self, item.name, getattr(other, item.name))
 
     def as_dict(self) -> dict[str, Any]:
         summary = {key: getattr(self, key) for key in ("read", "stored", "duplicates", "rejected", "errors")}
@@ -204,17 +212,28 @@ def _prepared_ingest(
     batch_bytes = 0
     flushed_at = time.monotonic()
 
+    def store() -> tuple[IngestReport, dict[str, Agent], list[ItemResult]]:
+        # Counted on copies: a try that loses its connection leaves the report and the agents
+        # (one created in that transaction is gone with it) as they were, for the next try.
+        counted, known = report.copy(), dict(agents)
+        counted.redactions += sum(pending.redactions for pending in batch)
+        results = _store_batch(batch, options, known)
+        for result in results:
+            counted.add(result)
+        if on_batch:
+            on_batch(counted)
+        return counted, known, results
+
     def flush() -> None:
         nonlocal batch_bytes, flushed_at
-        # One transaction: the batch's rows and the progress `on_batch` records commit together.
-        with transaction.atomic():
-            report.redactions += sum(pending.redactions for pending in batch)
-            for result in _store_batch(batch, options, agents):
-                report.add(result)
-                if on_result:
-                    on_result(result)
-            if on_batch:
-                on_batch(report)
+        # One transaction: the batch's rows and the progress `on_batch` records commit together,
+        # and a database restart meanwhile runs the batch again whole.
+        counted, known, results = atomic_reconnecting(store, what=f"ingest batch of {len(batch)}")
+        report.take(counted)
+        agents.update(known)
+        if on_result:
+            for result in results:
+                on_result(result)
         batch.clear()
         batch_bytes, flushed_at = 0, time.monotonic()
 
@@ -745,9 +764,9 @@ def _upload_run(upload: Upload) -> Upload:
 
         report = stream_ingest(stream=raw, options=options, on_batch=save_progress, report=_report_so_far(upload))
     upload.status = _final_status(report)
-    _upload_progress_save(
-        upload, report, bytes_read=upload.size, status=upload.status, failure=report.failure, finished_at=timezone.now()
-    )
+    finished = partial(_upload_progress_save, upload, report, bytes_read=upload.size, status=upload.status,
+                       failure=report.failure, finished_at=timezone.now())  # fmt: skip
+    atomic_reconnecting(finished, what=f"upload {upload.id}: its end")
     _upload_raw_discard(upload)
     logger.info("upload %s: %s", upload.id, json.dumps(report.as_dict())[:500])
     upload.refresh_from_db()

@@ -100,7 +100,7 @@ def version_register(
               or 0) + 1  # fmt: skip
     try:
         stored = storage.adapter_copy(source=adapter_dir, agent_name=agent.name, number=number)
-    except AdapterError as error:
+    except (AdapterError, storage.AdapterStoreError) as error:
         raise RegistryRefused(f"the adapter cannot be registered: {error}") from None
     version = ModelVersion(
         agent=agent, number=number, base_model=base_model, parent=parent, training_job=training_job,

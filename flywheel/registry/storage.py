@@ -8,6 +8,7 @@ Zipping for download is here too. Database rows are the services' business.
 
 from __future__ import annotations
 
+import errno
 import shutil
 import tempfile
 import uuid
@@ -34,6 +35,10 @@ READ_ONLY_DIR = 0o555
 
 class AdapterTampered(Exception):
     """A registered adapter's files no longer match the hashes recorded when it was registered."""
+
+
+class AdapterStoreError(Exception):
+    """The adapter could not be copied into the store (a full disk, say); nothing of it was left there."""
 
 
 @dataclass(frozen=True)
@@ -76,14 +81,39 @@ def _matches(folder: Path, manifest: AdapterManifest) -> bool:
 
 
 def _copy_read_only(source: Path, target: Path) -> None:
-    # Copied beside the target and renamed into place: a crash never leaves a half-copied version.
+    # Copied beside the target and renamed into place: a crash never leaves a half-copied version,
+    # and a copy that fails (a full disk) is removed before the error is raised.
     partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
-    partial.mkdir(parents=True)
-    for name in ADAPTER_FILES:
-        shutil.copyfile(source / name, partial / name)
-        (partial / name).chmod(READ_ONLY_FILE)
-    partial.chmod(READ_ONLY_DIR)
-    partial.rename(target)
+    try:
+        partial.mkdir(parents=True)
+        for name in ADAPTER_FILES:
+            shutil.copyfile(source / name, partial / name)
+            (partial / name).chmod(READ_ONLY_FILE)
+        partial.chmod(READ_ONLY_DIR)
+        partial.rename(target)
+    except OSError as error:
+        _remove_partial(partial)
+        raise AdapterStoreError(_copy_failure(source, error)) from error
+
+
+def _remove_partial(partial: Path) -> None:
+    if not partial.exists():
+        return
+    partial.chmod(0o755)  # its files may already be read-only; removing them needs the folder writable
+    shutil.rmtree(partial)
+
+
+def _copy_failure(source: Path, error: OSError) -> str:
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        needed = sum((source / name).stat().st_size for name in ADAPTER_FILES)
+        free = shutil.disk_usage(registry_root()).free if registry_root().exists() else 0
+        return (f"the adapter store ({registry_root()}) is full: the adapter needs {_mib(needed)}, "
+                f"{_mib(free)} is free ({error.strerror})")  # fmt: skip
+    return f"the adapter could not be written to the adapter store ({registry_root()}): {error.strerror or error}"
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
 
 
 def verify_files(folder: Path, *, sha256: str, config_sha256: str) -> Path:
