@@ -221,9 +221,14 @@ def job_not_started(*, job: Job, reason: str) -> Job:
 
 
 def job_heartbeat(*, job: Job) -> bool:
-    """Record that the attempt is alive; whether a cancel was requested meanwhile."""
-    Job.objects.filter(pk=job.pk, state=JobState.RUNNING).update(heartbeat_at=timezone.now())
-    return Job.objects.filter(pk=job.pk, cancel_requested=True).exists()
+    """Record that the attempt is alive; whether it must stop: a cancel was requested, or it is no longer current.
+
+    An attempt stops being current when the reaper took its worker for lost (a beat that came too
+    late) and requeued the job: its trainer must not race the next attempt's.
+    """
+    current = Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts)
+    beat = current.update(heartbeat_at=timezone.now())
+    return not beat or Job.objects.filter(pk=job.pk, cancel_requested=True).exists()
 
 
 _T = TypeVar("_T")
@@ -242,9 +247,10 @@ def job_event_store(*, job: Job, event: JobEvent) -> None:
         line = event.message if isinstance(event, LogEvent) else f"checkpoint at step {event.step}: {event.path}"
         _log_append(job, storable(line))
     elif isinstance(event, DoneEvent):
-        Job.objects.filter(pk=job.pk).update(result=storable(event.to_json()))
+        Job.objects.filter(pk=job.pk, attempts=job.attempts).update(result=storable(event.to_json()))
     elif isinstance(event, ErrorEvent):
-        Job.objects.filter(pk=job.pk).update(error=storable(f"{event.kind}: {event.message}")[:5000])
+        error = storable(f"{event.kind}: {event.message}")[:5000]
+        Job.objects.filter(pk=job.pk, attempts=job.attempts).update(error=error)
 
 
 def storable(value: _T) -> _T:
@@ -271,9 +277,13 @@ def _log_append(job: Job, line: str) -> None:
 
 @transaction.atomic
 def job_finish(*, job: Job, exit_code: int | None, stderr_tail: str, cancelled: bool) -> Job:
-    """Close the attempt: succeeded, cancelled or failed by the exit and the events; store an eval's results."""
+    """Close the attempt: succeeded, cancelled or failed by the exit and the events; store an eval's results.
+
+    An attempt the reaper superseded (the job requeued, perhaps running again elsewhere) closes nothing.
+    """
+    attempt = job.attempts
     job = Job.objects.select_for_update().get(pk=job.pk)
-    if job.state != JobState.RUNNING:
+    if job.state != JobState.RUNNING or job.attempts != attempt:
         return job
     if cancelled:
         job.state = JobState.CANCELLED
