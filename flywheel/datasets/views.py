@@ -18,7 +18,7 @@ from flywheel.core.services import audit_record
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets import selectors, services
 from flywheel.datasets.conversion import environment_column, episode_draft, step_source_ref, task_draft
-from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
+from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_file_name, snapshot_lines
 from flywheel.datasets.forms import SnapshotForm, TaskEditForm, TaskFilterForm, TaskWriteForm
 from flywheel.datasets.models import Environment, RegressionTask, SourceKind, TaskSetSnapshot
 from flywheel.ingest.selectors import trajectory_visible
@@ -203,6 +203,5 @@ def snapshot_export(request: AuthedRequest, snapshot_id: UUID, format_name: str)
     response = StreamingHttpResponse(
         (line + "\n" for line in snapshot_lines(snapshot, format_name)), content_type="application/x-ndjson"
     )
-    filename = f"{snapshot.content_hash[:12]}-{format_name}.jsonl"
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Content-Disposition"] = f'attachment; filename="{snapshot_file_name(snapshot, format_name)}"'
     return response
