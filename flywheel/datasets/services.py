@@ -36,7 +36,7 @@ from flywheel.datasets.models import (
     TaskRevision,
     TaskSetSnapshot,
 )
-from flywheel.datasets.pairs import call_message, pair_line, text_message, trl_message
+from flywheel.datasets.pairs import pair_line, text_message, trl_message
 from flywheel.datasets.validation import task_problems
 from flywheel.ingest.models import Step, Trajectory
 from trainer.contracts import Task
@@ -277,9 +277,7 @@ def pair_create(*, actor: Actor, draft: PairDraft, split: str | None = None) -> 
 
 
 def _human_message(step: Step) -> dict[str, Any]:
-    """What the human did, as the assistant message it stands for: their call where they made one, else their text."""
-    if step.tool_name and isinstance(step.tool_arguments, dict):
-        return call_message(step.tool_name, step.tool_arguments)
+    """What the human said, as the assistant message it stands for (ingest records an intervention's text only)."""
     return text_message(step.text)
 
 
