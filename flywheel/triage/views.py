@@ -263,7 +263,7 @@ def review_correct(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
     queue = _queue_or_none(request, request.GET.get("queue"))
     tools = [tool["function"]["name"] for tool in trajectory.agent.tools]
     form = CorrectionForm(request.POST or None, tools=tools)
-    status = 200
+    status, problem = 200, ""
     if request.method == "POST":
         if form.is_valid():
             fix = form.correction_input()
@@ -278,12 +278,12 @@ def review_correct(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
                 return HttpResponseRedirect(_review_url(trajectory, queue))
         status = 400
     elif steps:
+        asked = _asked_step(request, steps)
         try:
-            form.initial = _correction_initial(steps, _asked_step(request, steps))
+            form.initial = _correction_initial(steps, asked)
         except ValueError as exc:
-            form.initial = {"step": _asked_step(request, steps)}
-            form.add_error(None, str(exc))
-    context = {"trajectory": trajectory, "steps": steps, "form": form, "queue": queue,
+            form.initial, problem = {"step": asked}, f"{exc}: pick the step with ?step=N"
+    context = {"trajectory": trajectory, "steps": steps, "form": form, "queue": queue, "problem": problem,
                "step": form.initial.get("step") if request.method == "GET" else form.data.get("step"),
                "back": _review_url(trajectory, queue)}  # fmt: skip
     return render(request, "triage/correct.html", context, status=status)

@@ -45,6 +45,13 @@ def test_the_form_opens_on_the_failing_call_with_the_catalogues_tools(client, re
     assert "&quot;amount&quot;: 500" in page and 'name="step" value="1"' in page
 
 
+def test_a_step_that_is_not_the_agents_opens_the_form_saying_so(client, reviewer, refund):
+    client.force_login(reviewer)
+    response = client.get(reverse("triage:review_correct", args=[refund.pk]) + "?step=2")
+    assert response.status_code == 200
+    assert "step 2 is a tool result step, not the agent&#x27;s call or answer" in response.content.decode()
+
+
 def test_a_reviewers_correction_is_stored_with_its_pair_and_returns_to_the_review(client, reviewer, refund):
     client.force_login(reviewer)
     response = _correct(client, refund, task="train")
