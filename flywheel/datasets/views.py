@@ -273,7 +273,7 @@ def _api_agent(request: AuthedRequest, agent_name: str) -> JsonResponse | None:
 
 
 @permission_required(Perm.VIEW, api=True)
-def api_pairs(request: AuthedRequest, agent_name: str) -> HttpResponse:
+def api_pairs(request: AuthedRequest, agent_name: str) -> HttpResponse | StreamingHttpResponse:
     """`GET /api/v1/agents/<agent>/pairs.jsonl[?split=train|heldout&source=...]`: the agent's preference pairs
     as TRL conversational preference lines."""
     if missing := _api_agent(request, agent_name):
@@ -286,7 +286,7 @@ def api_pairs(request: AuthedRequest, agent_name: str) -> HttpResponse:
 
 
 @permission_required(Perm.VIEW, api=True)
-def api_corrections(request: AuthedRequest, agent_name: str) -> HttpResponse:
+def api_corrections(request: AuthedRequest, agent_name: str) -> HttpResponse | StreamingHttpResponse:
     """`GET /api/v1/agents/<agent>/corrections.jsonl`: the agent's corrections, one JSON line each."""
     if missing := _api_agent(request, agent_name):
         return missing

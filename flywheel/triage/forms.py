@@ -260,7 +260,7 @@ class CorrectionForm(forms.Form):
         self.fields["tool"].widget.choices = [(name, name) for name in tools]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if data.get("kind") == CorrectionKind.CALL:
             if not data.get("tool"):
                 self.add_error("tool", "choose the tool the agent should have called")
