@@ -17,6 +17,7 @@ from flywheel.datasets.services import (
     TaskRefused,
     intervention_pairs_create,
     pair_snapshot_create,
+    snapshot_create,
     task_create,
 )
 from flywheel.ingest.models import Trajectory
@@ -129,3 +130,19 @@ def _trl_rendered(line: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(str(TINY_MODEL))
     tokenizer.chat_template = served_chat_template()
     return apply_chat_template(line, tokenizer, tools=line.get("tools"))
+
+
+def test_a_pairs_snapshot_launches_no_job_that_runs_on_tasks(store, reviewer):  # noqa: F811
+    from flywheel.training.services import LaunchRefused, job_launch
+
+    trajectory = _supervised(store)
+    intervention_pairs_create(actor=reviewer, trajectory=trajectory)
+    pairs = pair_snapshot_create(actor=reviewer, name="pairs", split="train", agent=trajectory.agent)
+    with pytest.raises(LaunchRefused, match="a sft job runs on a snapshot of tasks"):
+        job_launch(actor=reviewer, kind="sft", snapshot=pairs, base_model="tiny")
+    task = Task(id="t", messages=[{"role": "user", "content": "hi"}], tools=[], expected_calls=[],
+                no_call_expected=True)  # fmt: skip
+    task_create(actor=None, task=task, split="train", agent=trajectory.agent, origin=TaskOrigin("manual"))
+    tasks = snapshot_create(actor=None, name="tasks", split="train", agent=trajectory.agent)
+    with pytest.raises(LaunchRefused, match="holds preference pairs"):
+        job_launch(actor=reviewer, kind="eval", snapshot=tasks, base_model="tiny", heldout_snapshot=pairs)
