@@ -22,7 +22,7 @@ from flywheel.core.roles import Perm
 from flywheel.core.selectors import agent_get, sees_all_agents
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets.conversion import agent_turn, failing_step
-from flywheel.datasets.services import PairRefused, intervention_pairs_create
+from flywheel.datasets.services import intervention_pairs_create
 from flywheel.ingest.models import Step, StepKind, Trajectory
 from flywheel.ingest.selectors import Cursor, trajectory_visible
 from flywheel.triage import selectors, services
@@ -302,12 +302,8 @@ def _yielded(correction: Correction) -> str:
 def review_interventions(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
     """Turn the trajectory's human interventions into preference pairs (those not paired yet)."""
     trajectory = get_object_or_404(trajectory_visible(viewer=request.user).select_related("agent"), pk=trajectory_id)
-    try:
-        pairs = intervention_pairs_create(actor=request.user, trajectory=trajectory)
-    except PairRefused as exc:
-        messages.error(request, f"No pairs made: {exc}")
-    else:
-        messages.success(request, f"{len(pairs)} preference pair(s) made from human interventions.")
+    pairs = intervention_pairs_create(actor=request.user, trajectory=trajectory)
+    messages.success(request, f"{len(pairs)} preference pair(s) made from human interventions.")
     return HttpResponseRedirect(_review_url(trajectory, _queue_or_none(request, request.POST.get("queue"))))
 
 

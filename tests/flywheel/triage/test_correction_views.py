@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from flywheel.core.models import Agent
-from flywheel.core.roles import Role
+from flywheel.core.roles import Perm, Role
 from flywheel.core.services import api_token_create
 from flywheel.datasets.models import PreferencePair, RegressionTask, SnapshotKind, TaskSetSnapshot
 from flywheel.ingest.models import Trajectory
@@ -83,6 +84,16 @@ def test_a_viewer_may_not_correct(client, make_user, refund):
     assert _correct(client, refund).status_code == 403
     review = client.get(reverse("triage:review", args=[refund.pk])).content.decode()
     assert "data-correct" not in review and not Correction.objects.exists()
+
+
+def test_a_reviewer_without_the_task_permission_corrects_but_makes_no_task_or_pair(client, make_user, refund):
+    triager = make_user(None, agents=[refund.agent])
+    codenames = [Perm.VIEW.codename, Perm.TRIAGE.codename]
+    triager.user_permissions.add(*Permission.objects.filter(content_type__app_label="core", codename__in=codenames))
+    client.force_login(triager)
+    assert _correct(client, refund).status_code == 403 and not Correction.objects.exists()
+    assert _correct(client, refund, make_pair="").status_code == 302
+    assert Correction.objects.count() == 1 and not PreferencePair.objects.exists()
 
 
 def test_another_agents_trajectory_is_not_found(client, make_user, refund):
