@@ -93,6 +93,59 @@ def answer_message(step: Step) -> dict[str, Any] | None:
     return messages[0] if messages else None
 
 
+AGENT_KINDS = (StepKind.TOOL_CALL, StepKind.ASSISTANT)
+
+
+def agent_turn(steps: list[Step], index: int) -> list[Step]:
+    """The agent's turn that step `index` belongs to: its run of consecutive tool calls, or its one answer.
+
+    Parallel calls are one assistant message, so correcting one of them replaces the whole turn.
+    Raises ValueError for a step that is not the agent's.
+    """
+    position = next((at for at, step in enumerate(steps) if step.index == index), None)
+    if position is None:
+        raise ValueError(f"the trajectory has no step {index}")
+    step = steps[position]
+    if step.kind not in AGENT_KINDS:
+        raise ValueError(f"step {index} is a {step.get_kind_display().lower()} step, not the agent's call or answer")
+    if step.kind == StepKind.ASSISTANT:
+        return [step]
+    start = end = position
+    while start > 0 and steps[start - 1].kind == StepKind.TOOL_CALL:
+        start -= 1
+    while end + 1 < len(steps) and steps[end + 1].kind == StepKind.TOOL_CALL:
+        end += 1
+    return steps[start : end + 1]
+
+
+def turn_message(turn: list[Step]) -> dict[str, Any]:
+    """An agent's turn as the one assistant message it was (arguments as JSON strings, as recorded)."""
+    return _messages(turn)[0]
+
+
+def conversation_before(steps: list[Step], index: int) -> list[dict[str, Any]]:
+    """The chat messages of the steps before step `index`."""
+    return _messages([step for step in steps if step.index < index])
+
+
+def intervention_turns(steps: list[Step]) -> list[tuple[Step, list[Step]]]:
+    """Each human intervention with the agent's turn it overrode: the last call or answer before it.
+
+    Tool results and errors between the two are skipped; an intervention with a user, system or
+    another intervention step between it and the agent's last turn (or none before it) overrode
+    nothing the agent did, and is left out.
+    """
+    found = []
+    for position, step in enumerate(steps):
+        if step.kind != StepKind.HUMAN_INTERVENTION:
+            continue
+        before = next((earlier for earlier in reversed(steps[:position])
+                       if earlier.kind not in (StepKind.TOOL_RESULT, StepKind.ERROR)), None)  # fmt: skip
+        if before is not None and before.kind in AGENT_KINDS:
+            found.append((step, agent_turn(steps, before.index)))
+    return found
+
+
 def step_source_ref(step_index: int) -> str:
     """The `source_ref` of the next-call task drafted at `step_index` (a replay finds the task by it)."""
     return f"step {step_index}"

@@ -7,6 +7,9 @@
 - nemo-gym: `responses_create_params` (input items, flat tools) plus `ground_truth` calls with
   JSON-string arguments (the first accepted value of each argument; NeMo Gym has no alternatives)
   and our `expected_calls` for the full answer.
+
+A snapshot of preference pairs has one format, whatever is asked: TRL's conversational
+preference lines (`flywheel.datasets.pairs`), as frozen.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from flywheel.datasets.models import TaskSetSnapshot
+from flywheel.datasets.models import SnapshotKind, TaskSetSnapshot
+from flywheel.datasets.pairs import pairs_file_name
 from trainer.contracts import OMITTABLE
 
 EXPORT_FORMATS = ("native", "trl", "nemo-gym")
@@ -62,10 +66,21 @@ WRITERS = {"native": _native, "trl": _trl, "nemo-gym": _nemo_gym}
 
 
 def snapshot_lines(snapshot: TaskSetSnapshot, format_name: str) -> Iterator[str]:
-    """One JSON line per task of the snapshot, in its order, as it was when the snapshot was taken."""
+    """One JSON line per task (or pair) of the snapshot, in its order, as it was when the snapshot was taken."""
+    if snapshot.kind == SnapshotKind.PAIRS:
+        for content in snapshot.pair_items.order_by("position").values_list("content", flat=True):
+            yield json.dumps(content, ensure_ascii=False)
+        return
     writer = WRITERS[format_name]
     for item in snapshot.items.order_by("position"):
         metadata = {"split": snapshot.split, "bucket": item.bucket or None, "source": item.category or None}
         if format_name == "native":
             metadata = {key: value for key, value in metadata.items() if value}
         yield json.dumps(writer(item.content, metadata), ensure_ascii=False)
+
+
+def snapshot_file_name(snapshot: TaskSetSnapshot, format_name: str) -> str:
+    """A pairs snapshot's file says its split (what a dpo job reads); a task snapshot's, its hash and format."""
+    if snapshot.kind == SnapshotKind.PAIRS:
+        return pairs_file_name(snapshot.split)
+    return f"{snapshot.content_hash[:12]}-{format_name}.jsonl"

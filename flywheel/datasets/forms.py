@@ -12,8 +12,8 @@ from django import forms
 
 from flywheel.core.jsonbody import json_parse
 from flywheel.core.models import Agent
-from flywheel.datasets.models import Environment, SourceKind, Split
-from flywheel.datasets.selectors import TaskFilters
+from flywheel.datasets.models import Environment, PairSource, SourceKind, Split
+from flywheel.datasets.selectors import PairFilters, TaskFilters
 from trainer.contracts import ContractError, EpisodeSetup, Task
 
 
@@ -132,3 +132,22 @@ class SnapshotForm(forms.Form):
         choices=[("category", "category"), ("bucket_id", "failure bucket")], initial="category", label="Stratify by"
     )
     seed = forms.IntegerField(initial=0, min_value=0)
+
+
+class PairFilterForm(forms.Form):
+    agent = forms.CharField(required=False, max_length=100)
+    split = forms.ChoiceField(choices=_choices(Split), required=False)
+    source = forms.ChoiceField(choices=_choices(PairSource), required=False)
+
+    def filters(self) -> PairFilters:
+        if not self.is_valid():
+            return PairFilters()
+        return PairFilters(**self.cleaned_data)
+
+
+class PairSnapshotForm(forms.Form):
+    """Freeze one agent's preference pairs of a split: what a dpo job trains (or is checked) on."""
+
+    name = forms.CharField(max_length=200)
+    split = forms.ChoiceField(choices=Split.choices, initial=Split.TRAIN)
+    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"))

@@ -1,4 +1,4 @@
-"""Regression tasks in train and held-out splits, their revisions, and immutable snapshots."""
+"""Regression tasks and preference pairs in train and held-out splits, task revisions, and immutable snapshots."""
 
 from __future__ import annotations
 
@@ -96,10 +96,20 @@ class TaskRevision(models.Model):
         return f"{self.task_id} r{self.number}"
 
 
+class SnapshotKind(models.TextChoices):
+    TASKS = "tasks", "Regression tasks"
+    PAIRS = "pairs", "Preference pairs"
+
+
 class TaskSetSnapshot(UUIDModel):
-    """An immutable, content-hashed list of tasks as they were, which a job runs on."""
+    """An immutable, content-hashed list of tasks (or of preference pairs) as they were, which a job runs on.
+
+    A snapshot of kind `pairs` holds `PairSnapshotItem`s instead of `SnapshotItem`s; `task_count`
+    counts its items either way.
+    """
 
     name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=SnapshotKind.choices, default=SnapshotKind.TASKS)
     split = models.CharField(max_length=8, choices=Split.choices)
     agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="snapshots")
     content_hash = models.CharField(max_length=64, unique=True)
@@ -130,6 +140,70 @@ class SnapshotItem(models.Model):
     class Meta:
         ordering = ["snapshot", "position"]
         constraints = [models.UniqueConstraint(fields=["snapshot", "position"], name="snapshot_item_position")]
+
+    def __str__(self) -> str:
+        return f"{self.snapshot_id}:{self.position}"
+
+
+class PairSource(models.TextChoices):
+    CORRECTION = "correction", "A reviewer's correction"
+    HUMAN_INTERVENTION = "human_intervention", "A human intervention in the trajectory"
+
+
+class PreferencePair(UUIDModel):
+    """A preferred answer and a rejected one to the same conversation: what DPO trains on.
+
+    `prompt` is the conversation before the answer as OpenAI chat messages and `tools` the tools
+    offered; `chosen` and `rejected` are assistant messages (tool calls with their arguments as
+    objects, as TRL's chat templates take them). The split follows the leakage rule of tasks: a
+    prompt's key sits in one split only, across tasks and pairs.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="preference_pairs")
+    prompt = models.JSONField()
+    tools = models.JSONField(default=list, blank=True)
+    chosen = models.JSONField()
+    rejected = models.JSONField()
+    source = models.CharField(max_length=24, choices=PairSource.choices)
+    correction = models.OneToOneField(
+        "triage.Correction", null=True, blank=True, on_delete=models.SET_NULL, related_name="pair"
+    )
+    trajectory = models.ForeignKey(
+        "ingest.Trajectory", null=True, blank=True, on_delete=models.SET_NULL, related_name="preference_pairs"
+    )
+    step_index = models.IntegerField(help_text="The step of the trajectory whose answer was rejected.")
+    split = models.CharField(max_length=8, choices=Split.choices, db_index=True)
+    content_hash = models.CharField(max_length=64, db_index=True)
+    leakage_key = models.CharField(max_length=64, db_index=True)
+    leakage_text = models.TextField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        constraints = [
+            # A trajectory's intervention yields one pair, however often it is converted.
+            models.UniqueConstraint(fields=["trajectory", "step_index"], name="pair_unique_intervention",
+                                    condition=models.Q(source="human_intervention")),
+        ]  # fmt: skip
+        indexes = [models.Index(fields=["agent", "split"], name="pair_agent_split")]
+
+    def __str__(self) -> str:
+        return f"pair {self.pk} ({self.get_source_display()})"
+
+
+class PairSnapshotItem(models.Model):
+    """A pair of a `pairs` snapshot, frozen as its JSONL line (`flywheel.datasets.pairs.pair_line`)."""
+
+    snapshot = models.ForeignKey(TaskSetSnapshot, on_delete=models.CASCADE, related_name="pair_items")
+    pair = models.ForeignKey(PreferencePair, on_delete=models.PROTECT, related_name="snapshot_items")
+    position = models.PositiveIntegerField()
+    content = models.JSONField(help_text="The pair's line when the snapshot was taken.")
+    content_hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["snapshot", "position"]
+        constraints = [models.UniqueConstraint(fields=["snapshot", "position"], name="pair_snapshot_item_position")]
 
     def __str__(self) -> str:
         return f"{self.snapshot_id}:{self.position}"

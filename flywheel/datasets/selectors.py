@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 
 from flywheel.core.selectors import agents_filter
-from flywheel.datasets.models import Environment, RegressionTask, TaskRevision, TaskSetSnapshot
+from flywheel.datasets.models import Environment, PreferencePair, RegressionTask, TaskRevision, TaskSetSnapshot
 from flywheel.ingest.models import Step
 from flywheel.ingest.parsers.base import RecordError
 from flywheel.ingest.trace import trace_steps
@@ -144,3 +144,22 @@ def snapshot_breakdown(*, snapshot: TaskSetSnapshot) -> dict[str, Any]:
         "categories": list(items.values_list("category").annotate(n=Count("id")).order_by("-n")),
         "tools": tools.most_common(30),
     }
+
+
+# --- preference pairs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairFilters:
+    agent: str = ""
+    split: str = ""
+    source: str = ""
+
+
+def pair_list(*, viewer: User, filters: PairFilters = PairFilters()) -> QuerySet[PreferencePair]:
+    """The pairs of the agents `viewer` may see, filtered, oldest first (the order a snapshot freezes)."""
+    rows = PreferencePair.objects.filter(agents_filter(viewer))
+    for name, value in (("agent__name", filters.agent), ("split", filters.split), ("source", filters.source)):
+        if value:
+            rows = rows.filter(**{name: value})
+    return rows.select_related("agent", "trajectory", "correction__reviewer").order_by("created_at", "id")

@@ -1,9 +1,11 @@
-"""Writes of the datasets app: tasks (with the leakage rule), imports, edits, split moves, snapshots.
+"""Writes of the datasets app: tasks (with the leakage rule), imports, edits, split moves, preference pairs,
+snapshots of tasks and of pairs.
 
 The leakage rule: a task's leakage key (its normalised prompt, or its source's template where it
 has one) may sit in one split only. A task clashing with the other split is refused, naming the
 clashing task; one repeating a key of its own split is stored and flagged as a duplicate. Once a
-job has used a held-out snapshot, its tasks can never move to train.
+job has used a held-out snapshot, its tasks can never move to train. Preference pairs share the
+rule: a pair's prompt key sits in the split its tasks and pairs sit in.
 """
 
 from __future__ import annotations
@@ -20,9 +22,23 @@ from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
+from flywheel.datasets.conversion import conversation_before, intervention_turns, turn_message
 from flywheel.datasets.importers import Candidate
-from flywheel.datasets.models import RegressionTask, SnapshotItem, SourceKind, Split, TaskRevision, TaskSetSnapshot
+from flywheel.datasets.models import (
+    PairSnapshotItem,
+    PairSource,
+    PreferencePair,
+    RegressionTask,
+    SnapshotItem,
+    SnapshotKind,
+    SourceKind,
+    Split,
+    TaskRevision,
+    TaskSetSnapshot,
+)
+from flywheel.datasets.pairs import pair_line, text_message, trl_message
 from flywheel.datasets.validation import task_problems
+from flywheel.ingest.models import Step, Trajectory
 from trainer.contracts import Task
 from trainer.spec.tasks import stratified_sample
 
@@ -49,8 +65,18 @@ def task_content(task: Task) -> dict[str, Any]:
 def leakage_text(task: Task, template: str = "") -> str:
     if template:
         return "template: " + " ".join(template.lower().split())
-    prompt = " ".join(str(m.get("content") or "") for m in task.messages if m.get("role") == "user")
+    return prompt_leakage_text(task.messages)
+
+
+def prompt_leakage_text(messages: list[dict[str, Any]]) -> str:
+    """The normalised user turns of a conversation: what the leakage rule compares."""
+    prompt = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
     return "prompt: " + " ".join(re.sub(r"[^\w\s]", " ", prompt.lower()).split())
+
+
+def _pair_clash(key: str, split: str) -> PreferencePair | None:
+    """A preference pair of the other split with the same prompt key."""
+    return PreferencePair.objects.filter(leakage_key=key).exclude(split=split).first()
 
 
 def _lock_leakage_key(key: str) -> None:
@@ -92,6 +118,8 @@ def task_create(*, actor: Actor, task: Task, split: str, agent: Agent | None, or
         raise TaskRefused(
             f"leaks into {clash.get_split_display()}: same {text.split(':')[0]} as task {clash.external_id}"
         )
+    if (pair := _pair_clash(key, split)) is not None:
+        raise TaskRefused(f"leaks into {pair.get_split_display()}: same prompt as preference pair {pair.pk}")
     content = task_content(task)
     row = RegressionTask(
         agent=agent, external_id=task.id[:255], split=split, environment=origin.environment,
@@ -175,6 +203,8 @@ def task_update(*, actor: Actor, task: RegressionTask, new: Task, split: str, no
     clash = RegressionTask.objects.filter(leakage_key=key).exclude(split=split).exclude(pk=task.pk).first()
     if clash is not None:
         raise TaskRefused(f"leaks into {clash.get_split_display()}: same prompt as task {clash.external_id}")
+    if (pair := _pair_clash(key, split)) is not None:
+        raise TaskRefused(f"leaks into {pair.get_split_display()}: same prompt as preference pair {pair.pk}")
     content = task_content(new)
     task.content, task.content_hash, task.split = content, _canonical_hash(content), split
     task.leakage_key, task.leakage_text, task.revision = key, text, task.revision + 1
@@ -185,6 +215,115 @@ def task_update(*, actor: Actor, task: RegressionTask, new: Task, split: str, no
     )
     audit_record(actor=actor, action="task.update", target=task, data={"revision": task.revision, "split": split})
     return task
+
+
+# --- preference pairs ----------------------------------------------------------------------
+
+
+class PairRefused(ValueError):
+    """The pair breaks a rule (leakage, chosen equal to rejected); the message says which."""
+
+
+@dataclass(frozen=True)
+class PairDraft:
+    """A pair before it is stored: messages in `pairs.trl_message`'s shape, and where it came from."""
+
+    agent: Agent
+    prompt: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    chosen: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    source: str
+    trajectory: Trajectory | None
+    step_index: int
+    correction_id: int | None = None
+
+
+def _key_split(key: str) -> str | None:
+    """The split that tasks or pairs with this prompt key already sit in; None where none does."""
+    task = RegressionTask.objects.filter(leakage_key=key).values_list("split", flat=True).first()
+    return task or PreferencePair.objects.filter(leakage_key=key).values_list("split", flat=True).first()
+
+
+@transaction.atomic
+def pair_create(*, actor: Actor, draft: PairDraft, split: str | None = None) -> PreferencePair:
+    """Store a preference pair; raises PairRefused with the reason.
+
+    `split` None: the split its prompt's tasks and pairs sit in, else train. A split naming the
+    other one than theirs is refused, as a task's would be.
+    """
+    if split is not None and split not in Split.values:
+        raise PairRefused(f"split must be train or heldout, not {split!r}")
+    if draft.chosen == draft.rejected:
+        raise PairRefused("the chosen answer is the rejected one: there is nothing to prefer")
+    text = prompt_leakage_text(draft.prompt)
+    key = hashlib.sha256(text.encode()).hexdigest()
+    _lock_leakage_key(key)
+    taken = _key_split(key)
+    if split is not None and taken is not None and taken != split:
+        raise PairRefused(f"leaks into {Split(taken).label}: its prompt is already there; use that split")
+    pair = PreferencePair(
+        agent=draft.agent, prompt=draft.prompt, tools=draft.tools, chosen=draft.chosen, rejected=draft.rejected,
+        source=draft.source, correction_id=draft.correction_id, trajectory=draft.trajectory,
+        step_index=draft.step_index, split=split or taken or Split.TRAIN, leakage_key=key, leakage_text=text,
+        created_by=actor_user(actor),
+    )  # fmt: skip
+    pair.content_hash = _canonical_hash({key: value for key, value in pair_line(pair).items() if key != "id"})
+    pair.full_clean()
+    pair.save()
+    audit_record(actor=actor, action="pair.create", target=pair,
+                 data={"source": pair.source, "split": pair.split, "step": pair.step_index})  # fmt: skip
+    return pair
+
+
+def _human_message(step: Step) -> dict[str, Any]:
+    """What the human said, as the assistant message it stands for (ingest records an intervention's text only)."""
+    return text_message(step.text)
+
+
+@transaction.atomic
+def intervention_pairs_create(*, actor: Actor, trajectory: Trajectory) -> list[PreferencePair]:
+    """A pair for each human intervention of the trajectory not yet paired (chosen: the human's step;
+    rejected: the agent's turn before it). Safe to run twice: an intervention yields one pair."""
+    steps = list(trajectory.steps.order_by("index"))
+    done = set(PreferencePair.objects.filter(trajectory=trajectory, source=PairSource.HUMAN_INTERVENTION)
+               .values_list("step_index", flat=True))  # fmt: skip
+    created = []
+    for human, turn in intervention_turns(steps):
+        rejected = trl_message(turn_message(turn))
+        if human.index in done or _human_message(human) == rejected:
+            continue
+        draft = PairDraft(
+            agent=trajectory.agent, prompt=[trl_message(m) for m in conversation_before(steps, turn[0].index)],
+            tools=list(trajectory.agent.tools), chosen=[_human_message(human)], rejected=[rejected],
+            source=PairSource.HUMAN_INTERVENTION, trajectory=trajectory, step_index=human.index,
+        )  # fmt: skip
+        created.append(pair_create(actor=actor, draft=draft))
+    return created
+
+
+@transaction.atomic
+def pair_snapshot_create(*, actor: Actor, name: str, split: str, agent: Agent) -> TaskSetSnapshot:
+    """Freeze an agent's pairs of a split, as their lines are now; the same pairs give the same snapshot."""
+    pairs = list(PreferencePair.objects.filter(agent=agent, split=split).order_by("created_at", "id"))
+    if not pairs:
+        raise PairRefused(f"no {split} preference pairs of {agent.name} to snapshot")
+    content_hash = _canonical_hash(["pairs", *[pair.content_hash for pair in pairs]])
+    existing = TaskSetSnapshot.objects.filter(content_hash=content_hash).first()
+    if existing is not None:
+        return existing
+    selection = {"split": split, "agent": agent.name, "kind": SnapshotKind.PAIRS}
+    snapshot = TaskSetSnapshot.objects.create(
+        name=name, kind=SnapshotKind.PAIRS, split=split, agent=agent, content_hash=content_hash,
+        task_count=len(pairs), selection=selection, created_by=actor_user(actor),
+    )  # fmt: skip
+    PairSnapshotItem.objects.bulk_create(
+        PairSnapshotItem(snapshot=snapshot, pair=pair, position=position, content=pair_line(pair),
+                         content_hash=pair.content_hash)
+        for position, pair in enumerate(pairs)
+    )  # fmt: skip
+    audit_record(actor=actor, action="snapshot.create", target=snapshot, data={"pairs": len(pairs), **selection})
+    return snapshot
 
 
 # --- snapshots -----------------------------------------------------------------------------

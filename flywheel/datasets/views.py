@@ -1,27 +1,48 @@
-"""Pages of the datasets app: tasks (list, detail, edit with history), split breakdown, snapshots."""
+"""Pages of the datasets app: tasks (list, detail, edit with history), split breakdown, preference pairs and their
+exports (with the corrections'), snapshots; and the pairs and corrections APIs."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 from uuid import UUID
 
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import choices_limit, sees_all_agents
+from flywheel.core.selectors import agent_get, choices_limit, sees_all_agents
 from flywheel.core.services import audit_record
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets import selectors, services
 from flywheel.datasets.conversion import environment_column, episode_draft, step_source_ref, task_draft
-from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_lines
-from flywheel.datasets.forms import SnapshotForm, TaskEditForm, TaskFilterForm, TaskWriteForm
-from flywheel.datasets.models import Environment, RegressionTask, SourceKind, TaskSetSnapshot
+from flywheel.datasets.exports import EXPORT_FORMATS, snapshot_file_name, snapshot_lines
+from flywheel.datasets.forms import (
+    PairFilterForm,
+    PairSnapshotForm,
+    SnapshotForm,
+    TaskEditForm,
+    TaskFilterForm,
+    TaskWriteForm,
+)
+from flywheel.datasets.models import (
+    Environment,
+    PreferencePair,
+    RegressionTask,
+    SnapshotKind,
+    SourceKind,
+    TaskSetSnapshot,
+)
+from flywheel.datasets.pairs import pair_line, pairs_file_name
 from flywheel.ingest.selectors import trajectory_visible
+from flywheel.triage.selectors import correction_line, correction_visible
 
 PAGE_SIZE = 50
 EPISODE_MODE = "episode"
@@ -183,6 +204,96 @@ def snapshot_new(request: AuthedRequest) -> HttpResponse:
     return render(request, "datasets/snapshot_list.html", context)
 
 
+def _jsonl(rows: Iterable[dict[str, Any]], filename: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(
+        (json.dumps(row, ensure_ascii=False) + "\n" for row in rows), content_type="application/x-ndjson"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _pairs_download(pairs: Iterable[PreferencePair], split: str) -> StreamingHttpResponse:
+    return _jsonl((pair_line(pair) for pair in pairs), pairs_file_name(split) if split else "pairs.jsonl")
+
+
+@permission_required(Perm.VIEW)
+def pair_list(request: AuthedRequest) -> HttpResponse:
+    form = PairFilterForm(request.GET)
+    pairs = selectors.pair_list(filters=form.filters(), viewer=request.user)
+    page = Paginator(pairs, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    snapshot_form = choices_limit(PairSnapshotForm(initial={"agent": _agent_id(request, form)}), viewer=request.user)
+    context = {"form": form, "page": page, "query": query.urlencode(), "snapshot_form": snapshot_form,
+               "snapshots": selectors.snapshot_list(viewer=request.user).filter(kind=SnapshotKind.PAIRS)}  # fmt: skip
+    return render(request, "datasets/pair_list.html", context)
+
+
+def _agent_id(request: AuthedRequest, form: PairFilterForm) -> object:
+    agent = agent_get(viewer=request.user, name=form.filters().agent) if form.filters().agent else None
+    return agent.pk if agent else None
+
+
+@permission_required(Perm.VIEW)
+def pair_export(request: AuthedRequest) -> StreamingHttpResponse:
+    """The pairs the list's filter shows, one TRL preference line each (`pairs_<split>.jsonl` for one split)."""
+    filters = PairFilterForm(request.GET).filters()
+    return _pairs_download(selectors.pair_list(filters=filters, viewer=request.user).iterator(), filters.split)
+
+
+@permission_required(Perm.VIEW)
+def correction_export(request: AuthedRequest) -> StreamingHttpResponse:
+    """Every correction the user may see (of one agent with `?agent=`), one JSON line each."""
+    rows = correction_visible(viewer=request.user, agent_name=request.GET.get("agent", ""))
+    return _jsonl((correction_line(row) for row in rows.iterator()), "corrections.jsonl")
+
+
+@permission_required(Perm.EDIT_TASKS)
+@require_POST
+def pair_snapshot_new(request: AuthedRequest) -> HttpResponse:
+    form = choices_limit(PairSnapshotForm(request.POST), viewer=request.user)
+    if form.is_valid():
+        try:
+            snapshot = services.pair_snapshot_create(actor=request.user, **form.cleaned_data)
+        except services.PairRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("datasets:snapshot_detail", snapshot_id=snapshot.id)
+    pairs = selectors.pair_list(viewer=request.user)
+    context = {"form": PairFilterForm(), "page": Paginator(pairs, PAGE_SIZE).get_page(1), "query": "",
+               "snapshot_form": form,
+               "snapshots": selectors.snapshot_list(viewer=request.user).filter(kind=SnapshotKind.PAIRS)}  # fmt: skip
+    return render(request, "datasets/pair_list.html", context, status=400)
+
+
+def _api_agent(request: AuthedRequest, agent_name: str) -> JsonResponse | None:
+    if agent_get(viewer=request.user, name=agent_name) is None:
+        return JsonResponse({"error": f"no agent {agent_name!r}"}, status=404)
+    return None
+
+
+@permission_required(Perm.VIEW, api=True)
+def api_pairs(request: AuthedRequest, agent_name: str) -> HttpResponse | StreamingHttpResponse:
+    """`GET /api/v1/agents/<agent>/pairs.jsonl[?split=train|heldout&source=...]`: the agent's preference pairs
+    as TRL conversational preference lines."""
+    if missing := _api_agent(request, agent_name):
+        return missing
+    form = PairFilterForm({**request.GET.dict(), "agent": agent_name})
+    if not form.is_valid():
+        return JsonResponse({"error": form.errors.as_text()}, status=400)
+    filters = form.filters()
+    return _pairs_download(selectors.pair_list(filters=filters, viewer=request.user).iterator(), filters.split)
+
+
+@permission_required(Perm.VIEW, api=True)
+def api_corrections(request: AuthedRequest, agent_name: str) -> HttpResponse | StreamingHttpResponse:
+    """`GET /api/v1/agents/<agent>/corrections.jsonl`: the agent's corrections, one JSON line each."""
+    if missing := _api_agent(request, agent_name):
+        return missing
+    rows = correction_visible(viewer=request.user, agent_name=agent_name)
+    return _jsonl((correction_line(row) for row in rows.iterator()), "corrections.jsonl")
+
+
 @permission_required(Perm.VIEW)
 def snapshot_detail(request: AuthedRequest, snapshot_id: UUID) -> HttpResponse:
     snapshot = _snapshot(request, snapshot_id)
@@ -190,6 +301,7 @@ def snapshot_detail(request: AuthedRequest, snapshot_id: UUID) -> HttpResponse:
         "snapshot": snapshot,
         "breakdown": selectors.snapshot_breakdown(snapshot=snapshot),
         "items": snapshot.items.select_related("task")[:200],
+        "pairs": snapshot.pair_items.all()[:200] if snapshot.kind == SnapshotKind.PAIRS else None,
         "formats": EXPORT_FORMATS,
     }
     return render(request, "datasets/snapshot_detail.html", context)
@@ -203,6 +315,5 @@ def snapshot_export(request: AuthedRequest, snapshot_id: UUID, format_name: str)
     response = StreamingHttpResponse(
         (line + "\n" for line in snapshot_lines(snapshot, format_name)), content_type="application/x-ndjson"
     )
-    filename = f"{snapshot.content_hash[:12]}-{format_name}.jsonl"
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Content-Disposition"] = f'attachment; filename="{snapshot_file_name(snapshot, format_name)}"'
     return response

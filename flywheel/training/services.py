@@ -27,7 +27,7 @@ from django.utils import timezone
 from flywheel.core.environments import allowed_environment
 from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, outbox_send
-from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.datasets.models import SnapshotKind, Split, TaskSetSnapshot
 from flywheel.datasets.services import snapshot_subset_create
 from flywheel.training.models import (
     CASE_KINDS,
@@ -89,6 +89,7 @@ def job_launch(
     if not isinstance(hyperparameters or {}, dict):
         raise LaunchRefused("hyperparameters must be a JSON object")
     _check_input(kind, snapshot, cases or [])
+    _check_snapshot_kinds(kind, snapshot, heldout_snapshot, regression_snapshot)
     owner = agent or (snapshot.agent if snapshot else None)
     hyperparameters = _with_agent_environment(kind, hyperparameters or {}, owner)
     _check_hyperparameters(kind, hyperparameters)
@@ -130,6 +131,20 @@ def jobs_redispatch(*, resend_after: timedelta | None = None, grace: timedelta |
     queued = Job.objects.filter(waiting, state=JobState.QUEUED, cancel_requested=False).order_by("created_at")
     ids = list(queued.values_list("pk", flat=True)[: settings.DISPATCH_SWEEP_LIMIT])
     return [pk for pk in ids if job_dispatch(job_id=pk)]
+
+
+# The kinds that train on a snapshot of preference pairs (`datasets.SnapshotKind.PAIRS`) instead of tasks.
+PAIR_KINDS = ("dpo",)
+
+
+def _check_snapshot_kinds(kind: str, snapshot: TaskSetSnapshot | None, *checked: TaskSetSnapshot | None) -> None:
+    """Pairs feed only the kinds that train on pairs; a held-out or regression snapshot is always one of tasks."""
+    if snapshot is not None and (snapshot.kind == SnapshotKind.PAIRS) != (kind in PAIR_KINDS):
+        wanted = "preference pairs" if kind in PAIR_KINDS else "tasks"
+        raise LaunchRefused(f"a {kind} job runs on a snapshot of {wanted}; {snapshot} is not one")
+    for other in checked:
+        if other is not None and other.kind == SnapshotKind.PAIRS:
+            raise LaunchRefused(f"{other} holds preference pairs: a held-out or regression snapshot holds tasks")
 
 
 def _check_input(kind: str, snapshot: TaskSetSnapshot | None, cases: list[dict[str, Any]]) -> None:

@@ -10,14 +10,17 @@ from django.contrib.auth.models import User
 from django.db.models import Q
 from django.forms import BoundField
 
+from flywheel.core.jsonbody import JsonInputError, json_parse
 from flywheel.core.roles import Perm
+from flywheel.datasets.models import Split
 from flywheel.ingest.forms import TrajectoryFilterForm
 from flywheel.ingest.models import Outcome
-from flywheel.triage.models import Bucket, Queue, ReviewState
+from flywheel.triage.models import Bucket, CorrectionKind, Queue, ReviewState
 from flywheel.triage.queue_rules import NegativeFeedback, QueueRule, rules_json, rules_parse
 from flywheel.triage.selectors import TriageFilters
-from flywheel.triage.services import BucketChoice
+from flywheel.triage.services import BucketChoice, CorrectionInput
 from flywheel.triage.suggestions import NEEDS_REVIEW
+from trainer.contracts import ToolCall
 
 
 def _bucket_choices(first: str) -> list[tuple[str, str]]:
@@ -228,3 +231,56 @@ class BulkForm(forms.Form):
         if cleaned.get("scope") == "selected" and not cleaned.get("ids"):
             raise forms.ValidationError("Select trajectories first, or apply to everything matching the filter.")
         return self.cleaned_data
+
+
+TASK_CHOICES = [("", "no task"), (Split.TRAIN, "an SFT example (train task)"),
+                (Split.HELDOUT, "a regression task (held-out)")]  # fmt: skip
+
+
+class CorrectionForm(forms.Form):
+    """A reviewer's fix of the agent's turn: a call (a tool of the catalogue, arguments as a JSON object) or an
+    answer, and what it becomes. Only the JSON's syntax is checked here; the call against the catalogue's
+    schemas is the service's check (`services.correction_create`)."""
+
+    step = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+    kind = forms.ChoiceField(choices=CorrectionKind.choices, widget=forms.RadioSelect, initial=CorrectionKind.CALL)
+    tool = forms.CharField(required=False, widget=forms.Select)
+    arguments = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}),
+                                help_text="A JSON object.")  # fmt: skip
+    answer = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+    make_pair = forms.BooleanField(required=False, initial=True, label="Preference pair",
+                                   help_text="Chosen: the correction; rejected: what the agent did.")  # fmt: skip
+    task = forms.ChoiceField(choices=TASK_CHOICES, required=False, label="Task")
+    pair_split = forms.ChoiceField(choices=Split.choices, initial=Split.TRAIN, label="Pair split",
+                                   help_text="With a task, the pair goes to the task's split.")  # fmt: skip
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def __init__(self, *args: Any, tools: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["tool"].widget.choices = [(name, name) for name in tools]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("kind") == CorrectionKind.CALL:
+            if not data.get("tool"):
+                self.add_error("tool", "choose the tool the agent should have called")
+            try:
+                arguments = json_parse(data.get("arguments") or "{}", what="arguments")
+            except JsonInputError as exc:
+                self.add_error("arguments", exc.message)
+            else:
+                if not isinstance(arguments, dict):
+                    self.add_error("arguments", "arguments are a JSON object")
+                data["parsed_arguments"] = arguments
+        elif not (data.get("answer") or "").strip():
+            self.add_error("answer", "write the answer the agent should have given")
+        return data
+
+    def correction_input(self) -> CorrectionInput:
+        data = self.cleaned_data
+        is_call = data["kind"] == CorrectionKind.CALL
+        return CorrectionInput(
+            step_index=data["step"], call=ToolCall(data["tool"], data["parsed_arguments"]) if is_call else None,
+            answer="" if is_call else data["answer"], note=data["note"], make_pair=data["make_pair"],
+            task_split=data["task"], pair_split=data["pair_split"],
+        )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Failure buckets (the guide's seven plus custom ones), reviews, suggestions, queues and safety policies."""
+"""Failure buckets (the guide's seven plus custom ones), reviews, suggestions, queues, corrections and safety
+policies."""
 
 from __future__ import annotations
 
@@ -191,3 +192,38 @@ class AgentPolicy(TimestampedModel):
 
     def __str__(self) -> str:
         return f"safety policy of {self.agent}"
+
+
+class CorrectionKind(models.TextChoices):
+    CALL = "call", "A tool call"
+    ANSWER = "answer", "An answer"
+
+
+class Correction(TimestampedModel):
+    """A reviewer's fix of a failing step, beside what the agent did there, and what the fix became.
+
+    `original` is the agent's turn at the step as recorded (an assistant message: its tool calls or
+    its text); `corrected` the reviewer's (an assistant message with one tool call, arguments as an
+    object, or an answer text). It may yield a train task (an SFT example), a held-out regression
+    task and a preference pair (`datasets.PreferencePair.correction`).
+    """
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="corrections")
+    step_index = models.IntegerField(help_text="The first step of the agent's turn that was wrong.")
+    kind = models.CharField(max_length=8, choices=CorrectionKind.choices)
+    original = models.JSONField()
+    corrected = models.JSONField()
+    note = models.TextField(blank=True)
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="corrections"
+    )
+    task = models.ForeignKey(
+        "datasets.RegressionTask", null=True, blank=True, on_delete=models.SET_NULL, related_name="corrections",
+        help_text="The task it yielded: a train task is an SFT example, a held-out one a regression task.",
+    )  # fmt: skip
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"correction of {self.trajectory_id} step {self.step_index}"

@@ -38,12 +38,13 @@ from django.utils import timezone
 
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agents_filter, sees_all_agents, visible_agents
-from flywheel.ingest.models import Feedback, Step, Trajectory
+from flywheel.ingest.models import Feedback, Step, StepKind, Trajectory
 from flywheel.ingest.selectors import Cursor, TrajectoryFilters, keyset_page, trajectory_queryset
 from flywheel.triage.models import (
     AgentPolicy,
     Bucket,
     BucketAssignment,
+    Correction,
     Queue,
     QueueItem,
     Review,
@@ -448,6 +449,12 @@ class ReviewPage:
     suggestions: list[Suggestion]
     assigned: list[BucketAssignment]
     buckets: list[BucketState]
+    corrections: list[Correction] = field(default_factory=list)
+
+    @property
+    def human_interventions(self) -> int:
+        """How many human interventions the trajectory records (each may become a preference pair)."""
+        return sum(step.kind == StepKind.HUMAN_INTERVENTION for step in self.trajectory.steps.all())
 
     @property
     def marked_step(self) -> int | None:
@@ -489,7 +496,8 @@ def review_page(*, trajectory_id: UUID, viewer: User) -> ReviewPage | None:
         _bucket_state(bucket, keys.get(bucket.pk), assigned.get(bucket.pk), first_suggested.get(bucket.pk), prefill)
         for bucket in buckets
     ]
-    return ReviewPage(trajectory, review, suggestions, rows, states)
+    corrections = list(Correction.objects.filter(trajectory=trajectory).select_related("reviewer", "task", "pair"))
+    return ReviewPage(trajectory, review, suggestions, rows, states, corrections)
 
 
 def _bucket_state(
@@ -533,3 +541,29 @@ def agent_guardrails_json(agent_id: UUID) -> tuple[Any, Any]:
     """The agent's safety policy (None: the default) and its guardrail settings, as stored, in one query."""
     stored = AgentPolicy.objects.filter(agent_id=agent_id).values_list("policy", "guardrails").first()
     return (None, {}) if stored is None else (stored[0], stored[1])
+
+
+# --- corrections ---------------------------------------------------------------------------
+
+
+def correction_visible(*, viewer: User, agent_name: str = "") -> QuerySet[Correction]:
+    """Corrections of the trajectories `viewer` may see (of one agent, given its name), newest first."""
+    rows = Correction.objects.filter(agents_filter(viewer, "trajectory__agent"))
+    if agent_name:
+        rows = rows.filter(trajectory__agent__name=agent_name)
+    return rows.select_related("trajectory__agent", "reviewer", "task", "pair").order_by("-created_at", "-id")
+
+
+def correction_line(correction: Correction) -> dict[str, Any]:
+    """A correction as one line of its JSONL export: where, what the agent did, the fix, who, and what it yielded."""
+    trajectory, task = correction.trajectory, correction.task
+    pair = getattr(correction, "pair", None)
+    return {
+        "id": correction.pk, "agent": trajectory.agent.name, "trajectory": str(trajectory.pk),
+        "external_id": trajectory.external_id, "step_index": correction.step_index, "kind": correction.kind,
+        "original": correction.original, "corrected": correction.corrected, "note": correction.note,
+        "reviewer": correction.reviewer.get_username() if correction.reviewer else None,
+        "created_at": correction.created_at.isoformat(),
+        "task": {"id": str(task.pk), "split": task.split} if task else None,
+        "pair": {"id": str(pair.pk), "split": pair.split} if pair else None,
+    }  # fmt: skip

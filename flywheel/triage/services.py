@@ -1,5 +1,5 @@
 """Writes of the triage app: suggestions, reviews, bucket assignments, queues and their claims and rules,
-buckets, policies.
+corrections, buckets, policies.
 
 Every change a person makes is recorded in the audit log. Three writes are not: suggestions
 computed for freshly ingested trajectories (the system's, recomputable at will), items that a
@@ -31,6 +31,10 @@ from django.utils.text import slugify
 
 from flywheel.core.models import Agent
 from flywheel.core.services import audit_record
+from flywheel.datasets.conversion import agent_turn, conversation_before, step_source_ref, turn_message
+from flywheel.datasets.models import PairSource, SourceKind, Split
+from flywheel.datasets.pairs import call_message, text_message, trl_message
+from flywheel.datasets.services import PairDraft, PairRefused, TaskOrigin, TaskRefused, pair_create, task_create
 from flywheel.ingest.models import Step, Trajectory
 from flywheel.triage import selectors
 from flywheel.triage.guardrails import GuardrailSettings, GuardrailSettingsError, rule_ids
@@ -38,6 +42,8 @@ from flywheel.triage.models import (
     AgentPolicy,
     Bucket,
     BucketAssignment,
+    Correction,
+    CorrectionKind,
     Queue,
     QueueItem,
     Review,
@@ -47,8 +53,9 @@ from flywheel.triage.models import (
 from flywheel.triage.queue_rules import QueueRule, SuggestedBucket, first_match, rules_json, rules_parse
 from flywheel.triage.selectors import agent_policy_json
 from flywheel.triage.suggestions import NEEDS_REVIEW, StepFacts, TraceFacts, suggest
-from trainer.contracts import ContractError
+from trainer.contracts import ContractError, ExpectedCall, Task, ToolCall
 from trainer.verifiers.safety import SafetyPolicy
+from trainer.verifiers.schema import call_problems
 
 logger = logging.getLogger(__name__)
 CLAIM_TTL = timedelta(minutes=15)
@@ -283,6 +290,94 @@ def review_skip(*, actor: User, trajectory: Trajectory) -> Review:
     review.save()
     audit_record(actor=actor, action="review.skip", target=trajectory, data={"state": review.state})
     return review
+
+
+# --- corrections ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorrectionInput:
+    """A reviewer's fix of the agent's turn at `step_index`: a call (`call`) or else an answer text,
+    and what it should become: a task in `task_split` (train: an SFT example; heldout: a regression
+    task; "": none) and/or a preference pair (in the task's split, else `pair_split`)."""
+
+    step_index: int
+    call: ToolCall | None = None
+    answer: str = ""
+    note: str = ""
+    make_pair: bool = False
+    task_split: str = ""
+    pair_split: str = Split.TRAIN
+
+
+def _corrected_message(agent: Agent, fix: CorrectionInput) -> dict[str, Any]:
+    """The corrected turn as an assistant message; ValidationError for a call the catalogue refuses."""
+    if fix.call is None:
+        if not fix.answer.strip():
+            raise ValidationError("write the answer the agent should have given")
+        return text_message(fix.answer.strip())
+    schemas = {tool["function"]["name"]: tool["function"].get("parameters") or {} for tool in agent.tools}
+    problems = call_problems(fix.call, schemas)
+    if problems:
+        raise ValidationError([f"not a call the agent's catalogue allows: {problem}" for problem in problems])
+    return call_message(fix.call.name, fix.call.arguments)
+
+
+def _correction_task(correction: Correction, prompt: list[dict[str, Any]], fix: CorrectionInput) -> None:
+    trajectory = correction.trajectory
+    expected = [ExpectedCall.exact(fix.call.name, fix.call.arguments)] if fix.call else []
+    try:
+        task = Task(id=f"{trajectory.external_id or trajectory.pk}@step{correction.step_index}", messages=prompt,
+                    tools=list(trajectory.agent.tools), expected_calls=expected, no_call_expected=fix.call is None)
+        origin = TaskOrigin(source_kind=SourceKind.TRAJECTORY, source_trajectory_id=trajectory.pk,
+                            source_ref=step_source_ref(correction.step_index))
+        correction.task = task_create(actor=correction.reviewer, task=task, split=fix.task_split,
+                                      agent=trajectory.agent, origin=origin)
+    except (ContractError, TaskRefused) as error:
+        raise ValidationError(f"no task made: {error}") from error
+
+
+@transaction.atomic
+def correction_create(*, actor: User, trajectory: Trajectory, fix: CorrectionInput) -> Correction:
+    """Store a reviewer's correction of a failing step and what it yields, all or nothing.
+
+    The corrected call must name a tool of the agent's catalogue and fit its schema
+    (`trainer.verifiers.schema`); the step must be the agent's (a call or an answer). Raises
+    ValidationError saying what is wrong; nothing is stored then.
+    """
+    if fix.task_split not in ("", *Split.values):
+        raise ValidationError(f"a task goes to train or heldout, not {fix.task_split!r}")
+    steps = list(trajectory.steps.order_by("index"))
+    try:
+        turn = agent_turn(steps, fix.step_index)
+    except ValueError as error:
+        raise ValidationError(str(error)) from error
+    original = trl_message(turn_message(turn))
+    corrected = _corrected_message(trajectory.agent, fix)
+    if corrected == original:
+        raise ValidationError("the correction is what the agent did: change the call or the answer")
+    correction = Correction(
+        trajectory=trajectory, step_index=turn[0].index, original=original, corrected=corrected, note=fix.note,
+        kind=CorrectionKind.ANSWER if fix.call is None else CorrectionKind.CALL, reviewer=actor,
+    )  # fmt: skip
+    correction.full_clean()
+    correction.save()
+    prompt = [trl_message(message) for message in conversation_before(steps, correction.step_index)]
+    if fix.task_split:
+        _correction_task(correction, prompt, fix)
+        correction.save(update_fields=["task", "updated_at"])
+    if fix.make_pair:
+        draft = PairDraft(agent=trajectory.agent, prompt=prompt, tools=list(trajectory.agent.tools),
+                          chosen=[corrected], rejected=[original], source=PairSource.CORRECTION,
+                          trajectory=trajectory, step_index=correction.step_index, correction_id=correction.pk)
+        try:
+            pair_create(actor=actor, draft=draft, split=fix.task_split or fix.pair_split)
+        except PairRefused as error:
+            raise ValidationError(f"no pair made: {error}") from error
+    audit_record(actor=actor, action="correction.create", target=trajectory,
+                 data={"step": correction.step_index, "kind": correction.kind, "task_split": fix.task_split,
+                       "pair": fix.make_pair})  # fmt: skip
+    return correction
 
 
 # --- queues and claims ---------------------------------------------------------------------

@@ -13,6 +13,8 @@ urlpatterns = [
     path("queues/<int:queue_id>/items/<uuid:trajectory_id>/remove/", views.queue_item_remove, name="queue_item_remove"),
     path("review/<uuid:trajectory_id>/", views.review, name="review"),
     path("review/<uuid:trajectory_id>/save/", views.review_save, name="review_save"),
+    path("review/<uuid:trajectory_id>/correct/", views.review_correct, name="review_correct"),
+    path("review/<uuid:trajectory_id>/interventions/", views.review_interventions, name="review_interventions"),
     path("trajectories/", views.trajectory_list, name="trajectory_list"),
     path("trajectories/bulk/", views.bulk, name="bulk"),
 ]

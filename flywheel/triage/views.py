@@ -20,18 +20,22 @@ from django.views.decorators.http import require_POST
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agent_get, sees_all_agents
-from flywheel.ingest.models import Trajectory
+from flywheel.core.templatetags.flywheel import pretty_json
+from flywheel.datasets.conversion import agent_turn, failing_step
+from flywheel.datasets.services import intervention_pairs_create
+from flywheel.ingest.models import Step, StepKind, Trajectory
 from flywheel.ingest.selectors import Cursor, trajectory_visible
 from flywheel.triage import selectors, services
 from flywheel.triage.forms import (
     BaseQueueRuleFormSet,
     BulkForm,
+    CorrectionForm,
     QueueForm,
     ReviewForm,
     TriageFilterForm,
     queue_rule_formset,
 )
-from flywheel.triage.models import Queue
+from flywheel.triage.models import Correction, Queue
 from flywheel.triage.queue_rules import QueueRule
 
 
@@ -234,6 +238,73 @@ def _after_save(
     response = render(request, "triage/_review.html", _review_context(request, following.pk, queue, previous=saved))
     response["HX-Push-Url"] = url
     return response
+
+
+def _correction_initial(steps: list[Step], step_index: int) -> dict[str, object]:
+    """The form as the agent's turn at the step left it: its first call's tool and arguments, or its answer."""
+    first = agent_turn(steps, step_index)[0]
+    if first.kind == StepKind.ASSISTANT:
+        return {"step": first.index, "kind": "answer", "answer": first.text}
+    arguments = first.tool_arguments if isinstance(first.tool_arguments, dict) else {}
+    return {"step": first.index, "kind": "call", "tool": first.tool_name, "arguments": pretty_json(arguments)}
+
+
+def _asked_step(request: AuthedRequest, steps: list[Step]) -> int:
+    value = request.GET.get("step", "")
+    return int(value) if value.isdigit() else failing_step(steps)
+
+
+@permission_required(Perm.TRIAGE)
+def review_correct(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
+    """Correct the agent's turn at a step (`?step=N`, default the failing step): the form, and on POST the
+    correction with what it yields; the form again with the reason when it is refused."""
+    trajectory = get_object_or_404(trajectory_visible(viewer=request.user).select_related("agent"), pk=trajectory_id)
+    steps = list(trajectory.steps.order_by("index"))
+    queue = _queue_or_none(request, request.GET.get("queue"))
+    tools = [tool["function"]["name"] for tool in trajectory.agent.tools]
+    form = CorrectionForm(request.POST or None, tools=tools)
+    status, problem = 200, ""
+    if request.method == "POST":
+        if form.is_valid():
+            fix = form.correction_input()
+            if (fix.make_pair or fix.task_split) and not request.user.has_perm(Perm.EDIT_TASKS):
+                raise PermissionDenied("making a task or a preference pair needs the permission to edit tasks")
+            try:
+                correction = services.correction_create(actor=request.user, trajectory=trajectory, fix=fix)
+            except ValidationError as exc:
+                form.add_error(None, exc)
+            else:
+                messages.success(request, _yielded(correction))
+                return HttpResponseRedirect(_review_url(trajectory, queue))
+        status = 400
+    elif steps:
+        asked = _asked_step(request, steps)
+        try:
+            form.initial = _correction_initial(steps, asked)
+        except ValueError as exc:
+            form.initial, problem = {"step": asked}, f"{exc}: pick the step with ?step=N"
+    context = {"trajectory": trajectory, "steps": steps, "form": form, "queue": queue, "problem": problem,
+               "step": form.initial.get("step") if request.method == "GET" else form.data.get("step"),
+               "back": _review_url(trajectory, queue)}  # fmt: skip
+    return render(request, "triage/correct.html", context, status=status)
+
+
+def _yielded(correction: Correction) -> str:
+    task = correction.task
+    made = [f"{task.get_split_display().lower()} task {task.external_id}"] if task else []
+    pair = getattr(correction, "pair", None)
+    made += [f"a {pair.get_split_display().lower()} preference pair"] if pair else []
+    return f"Correction of step #{correction.step_index} saved" + (f": {', '.join(made)}." if made else ".")
+
+
+@permission_required(Perm.EDIT_TASKS)
+@require_POST
+def review_interventions(request: AuthedRequest, trajectory_id: UUID) -> HttpResponse:
+    """Turn the trajectory's human interventions into preference pairs (those not paired yet)."""
+    trajectory = get_object_or_404(trajectory_visible(viewer=request.user).select_related("agent"), pk=trajectory_id)
+    pairs = intervention_pairs_create(actor=request.user, trajectory=trajectory)
+    messages.success(request, f"{len(pairs)} preference pair(s) made from human interventions.")
+    return HttpResponseRedirect(_review_url(trajectory, _queue_or_none(request, request.POST.get("queue"))))
 
 
 def _list_context(request: AuthedRequest) -> dict[str, object]:

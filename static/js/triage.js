@@ -139,6 +139,17 @@
     form.requestSubmit();
   }
 
+  // Open the correction form at the highlighted step, else the marked one, else the failing step.
+  function correct() {
+    const link = root().querySelector("a[data-correct]");
+    if (!link) return;
+    const item = steps()[cursor];
+    const step = item ? stepNumber(item) : marked();
+    const url = new URL(link.href);
+    if (step !== null) url.searchParams.set("step", String(step));
+    window.location.assign(url.toString());
+  }
+
   function focusNote() {
     const note = root().querySelector("textarea[name=note]");
     if (note) note.focus();
@@ -154,6 +165,7 @@
     if (key === "u") return undo;
     if (key === "s") return () => submit("skip");
     if (key === "n") return focusNote;
+    if (key === "c") return correct;
     // Enter on a link or button keeps its own meaning.
     if (key === "Enter" && !/^(A|BUTTON|SUMMARY)$/.test(event.target.tagName)) return () => submit("save");
     return null;

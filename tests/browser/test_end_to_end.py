@@ -56,7 +56,8 @@ TINY_GRPO = {"max_steps": 2, "num_generations": 2, "max_completion_length": 16, 
              "device": "cpu"}  # fmt: skip
 TINY_EVAL = {"verifier": "tool_call", "batch_size": 4, "max_new_tokens": 16, "device": "cpu"}
 TINY_GATE = {"device": "cpu", "batch_size": 4, "max_new_tokens": 16}
-DOWNLOADS = {"registry:version_download", "datasets:snapshot_export"}  # attachments: fetched, not shown
+DOWNLOADS = {"registry:version_download", "datasets:snapshot_export", "datasets:pair_export",
+             "datasets:correction_export"}  # attachments: fetched, not shown
 JOB_SECONDS = 300_000  # milliseconds: a job on two shared cores, model load included
 EXPECTED_CALL = {"name": "calculate_triangle_area", "arguments": {"base": [12], "height": [7]}}  # accepted values
 
@@ -349,10 +350,11 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
 
     assert len(rendered) >= 46 and "training:job_detail" in rendered and "registry:gate_detail" in rendered
     assert sorted(post_only) == [  # actions, not pages: each answers GET with 405
-        "demo:loop_start", "logout", "registry:agent_rollback", "registry:gate_launch",
+        "datasets:pair_snapshot_new", "demo:loop_start", "logout", "registry:agent_rollback", "registry:gate_launch",
         "registry:gate_policy_update", "registry:replay_launch", "registry:version_promote", "rewards:output_mark",
         "training:job_cancel",
-        "triage:bulk", "triage:queue_item_remove", "triage:queue_next", "triage:review_save",
+        "triage:bulk", "triage:queue_item_remove", "triage:queue_next", "triage:review_interventions",
+        "triage:review_save",
     ]  # fmt: skip
     assert offline.blocked == [] and offline.errors == []
     context.close()

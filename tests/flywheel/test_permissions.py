@@ -58,7 +58,7 @@ from flywheel.rewards.services import Scoring, profile_create, reverify
 from flywheel.training.models import EvalRun, Job, JobKind, JobState, Sample
 from flywheel.triage.models import Bucket, Review, ReviewState
 from flywheel.triage.selectors import TriageFilters
-from flywheel.triage.services import bucket_bulk_assign, queue_create
+from flywheel.triage.services import CorrectionInput, bucket_bulk_assign, correction_create, queue_create
 from tests.conftest import REPO_ROOT
 from trainer.verifiers.safety import SafetyPolicy
 
@@ -252,6 +252,8 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
     member, outsider = _persona(make_user, alpha), _persona(make_user, bravo)
     trajectory = _trajectory(alpha)
     bucket_bulk_assign(actor=member, bucket=Bucket.objects.order_by("position").first(), trajectory_ids=[trajectory.pk])
+    fix = CorrectionInput(step_index=1, answer="Order 17 is on its way.", make_pair=True)
+    pair = correction_create(actor=member, trajectory=trajectory, fix=fix).pair
     upload = Upload.objects.create(uploaded_by=member, file="uploads/alpha.jsonl", original_name="alpha-upload.jsonl",
                                    size=1, sha256="0" * 64, format="native", agent_name=ALPHA)  # fmt: skip
     queue = queue_create(actor=member, name="alpha-queue", filters=TriageFilters(base=TrajectoryFilters(agent=ALPHA)))
@@ -285,7 +287,7 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
     markers = {
         "agent": ALPHA, "trajectory": str(trajectory.pk), "upload": str(upload.pk), "queue": queue.name,
         "task": str(task.pk), "snapshot": str(snapshot.pk), "job": str(job.pk), "run": str(run.pk),
-        "alert": str(alert.pk),
+        "alert": str(alert.pk), "pair": str(pair.pk),
     }  # fmt: skip
     return World(member, outsider, objects, markers)
 

@@ -169,6 +169,8 @@ def test_every_api_endpoint_names_the_scope_it_needs():
         "api_live": "read",
         "chat_completions": "read",
         "api_jobs": "train",
+        "api_pairs": "read",
+        "api_corrections": "read",
     }
 
 
