@@ -69,3 +69,20 @@ def snapshot_lines(snapshot: TaskSetSnapshot, format_name: str) -> Iterator[str]
         if format_name == "native":
             metadata = {key: value for key, value in metadata.items() if value}
         yield json.dumps(writer(item.content, metadata), ensure_ascii=False)
+
+
+NO_PAIRS = "this snapshot has no preference pairs"
+
+
+def snapshot_preference_lines(snapshot: TaskSetSnapshot) -> list[str]:
+    """The snapshot's preference pairs as the lines a dpo job reads (`trainer.spec.pairs`); a ValueError
+    (NO_PAIRS) for a snapshot that holds none: a dpo job has nothing else to learn from."""
+    lines = list(snapshot_lines(snapshot, "native"))
+    if not lines or not all(_is_pair_line(line) for line in lines):
+        raise ValueError(NO_PAIRS)
+    return lines
+
+
+def _is_pair_line(line: str) -> bool:
+    data = json.loads(line)
+    return isinstance(data, dict) and "chosen" in data and "rejected" in data

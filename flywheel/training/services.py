@@ -27,6 +27,7 @@ from django.utils import timezone
 from flywheel.core.environments import allowed_environment
 from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, outbox_send
+from flywheel.datasets.exports import snapshot_preference_lines
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.datasets.services import snapshot_subset_create
 from flywheel.training.models import (
@@ -57,7 +58,7 @@ from trainer.spec.kinds import config_class
 from trainer.spec.replay import ReplayCase
 
 # The kinds trainer runs today.
-RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY)
+RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.DPO, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY)
 LOG_TAIL_LINES = 200
 
 
@@ -95,6 +96,8 @@ def job_launch(
     # (`_check_input` has refused these kinds without a snapshot.)
     if kind in TRAINING_KINDS and snapshot is not None:
         _check_training_snapshots(snapshot, heldout_snapshot)
+    if kind == JobKind.DPO and snapshot is not None:
+        _check_pairs(snapshot)
     if kind == JobKind.MINE and snapshot is not None:
         _check_mine_snapshots(snapshot, heldout_snapshot, regression_snapshot)
     job = Job(
@@ -183,6 +186,15 @@ def _check_training_snapshots(snapshot: TaskSetSnapshot, heldout: TaskSetSnapsho
         raise LaunchRefused(f"snapshot {snapshot.name!r} has no tasks")
     if heldout is not None and heldout.split != Split.HELDOUT:
         raise LaunchRefused(f"snapshot {heldout.name!r} is not a held-out snapshot")
+
+
+def _check_pairs(snapshot: TaskSetSnapshot) -> None:
+    """A dpo job learns from preference pairs only: a snapshot of tasks is refused before anything is queued."""
+    try:
+        snapshot_preference_lines(snapshot)
+    except ValueError as error:
+        raise LaunchRefused(f"snapshot {snapshot.name!r}: {error}; a dpo job trains on a snapshot of preference "
+                            "pairs") from None
 
 
 def _check_mine_snapshots(

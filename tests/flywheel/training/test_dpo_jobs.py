@@ -1,0 +1,76 @@
+"""The dpo job kind on the app side: launched only on a snapshot of preference pairs, its pairs written for trainer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flywheel.core.roles import Role
+from flywheel.training import runner, services
+from flywheel.training.forms import DEFAULT_HYPERPARAMETERS, HELDOUT_KINDS, JobLaunchForm
+from flywheel.training.models import TRAINING_KINDS, Job, JobKind, JobState
+from flywheel.training.services import LaunchRefused
+from tests.trainer.tiny_model import FIXTURES
+from trainer.contracts import RunSpec
+from trainer.spec.config import config_from_json
+from trainer.spec.dpo import DpoConfig
+from trainer.spec.pairs import read_pair_files
+
+pytestmark = pytest.mark.django_db
+PAIR_LINES = (FIXTURES / "preference_pairs.jsonl").read_text().splitlines()
+
+
+@pytest.fixture
+def trainer(make_user):
+    return make_user(Role.TRAINER)
+
+
+@pytest.fixture
+def pairs_snapshot(tiny_train_snapshot, monkeypatch):
+    """A train snapshot whose lines are preference pairs (the datasets app's pair snapshots make these)."""
+    for module in (runner, services):
+        monkeypatch.setattr(module, "snapshot_preference_lines", lambda snapshot: PAIR_LINES)
+    return tiny_train_snapshot
+
+
+def test_dpo_is_a_training_kind_the_launch_form_offers_with_defaults_the_trainer_accepts():
+    assert JobKind.DPO in TRAINING_KINDS and JobKind.DPO in HELDOUT_KINDS
+    assert ("dpo", "DPO") in JobLaunchForm().fields["kind"].choices
+    config = config_from_json(DpoConfig, DEFAULT_HYPERPARAMETERS[JobKind.DPO], "dpo hyperparameters")
+    assert (config.beta, config.loss_type) == (0.1, "sigmoid")
+
+
+def test_a_dpo_launch_on_a_snapshot_of_tasks_is_refused_before_queueing(trainer, tiny_train_snapshot):
+    with pytest.raises(LaunchRefused, match="snapshot 'tiny-train': this snapshot has no preference pairs; a dpo job "
+                                            "trains on a snapshot of preference pairs"):
+        services.job_launch(actor=trainer, kind="dpo", snapshot=tiny_train_snapshot, base_model="demo")
+    assert not Job.objects.exists()
+
+
+def test_a_dpo_launch_with_a_bad_knob_is_refused_naming_it(trainer, pairs_snapshot):
+    with pytest.raises(LaunchRefused, match="dpo hyperparameters: beta must be above 0"):
+        services.job_launch(actor=trainer, kind="dpo", snapshot=pairs_snapshot, base_model="demo",
+                            hyperparameters={"beta": 0})  # fmt: skip
+    job = services.job_launch(actor=trainer, kind="dpo", snapshot=pairs_snapshot, base_model="demo",
+                              hyperparameters={"beta": 0.2})  # fmt: skip
+    assert (job.kind, job.state, job.hyperparameters) == ("dpo", JobState.QUEUED, {"beta": 0.2})
+
+
+def test_a_dpo_job_hands_the_trainer_its_snapshots_pairs(pairs_snapshot, tmp_path):
+    job = Job.objects.create(kind="dpo", snapshot=pairs_snapshot, base_model="demo", attempts=1,
+                             hyperparameters={"beta": 0.2, "seed": 3})  # fmt: skip
+    spec = RunSpec.from_json(json.loads(runner.write_spec(job, tmp_path).read_text()))
+    assert (spec.kind, spec.seed, spec.hyperparameters) == ("dpo", 3, {"beta": 0.2})
+    assert spec.task_paths == [str(tmp_path / "pairs.jsonl")]
+    assert [pair.id for pair in read_pair_files(spec.task_paths, strict=True).pairs] == [
+        json.loads(line)["id"] for line in PAIR_LINES]
+
+
+def test_a_dpo_job_whose_snapshot_holds_no_pairs_fails_saying_so(tiny_train_snapshot, settings, tmp_path):
+    settings.JOB_RUNS_DIR = str(tmp_path)
+    job = Job.objects.create(kind="dpo", snapshot=tiny_train_snapshot, base_model="demo", attempts=1,
+                             state=JobState.RUNNING)  # fmt: skip
+    finished = runner.run_attempt(job)
+    assert finished.state == JobState.FAILED
+    assert "this snapshot has no preference pairs" in finished.error
