@@ -1,8 +1,8 @@
 """Plotly figures for the job pages: pure functions from selector data to a `go.Figure` (no I/O).
 
 The live page draws one chart per panel below, and only the panels the job has data for: an SFT
-run has no KL or tied groups, only a DPO run has implicit rewards. Labels, look and `figure_json` (what `static/js/jobs.js` hands to
-`Plotly.react`) are `flywheel.core.charts`'s.
+run has no KL or tied groups, and only a DPO run has implicit rewards. Labels, look and
+`figure_json` (what `static/js/jobs.js` hands to `Plotly.react`) are `flywheel.core.charts`'s.
 """
 
 from __future__ import annotations
