@@ -196,3 +196,20 @@ def test_a_dpo_job_without_a_usable_pair_is_refused(tmp_path):
     done, _, failure = run_dpo(dpo_spec(tmp_path, path))
     assert done is None and failure.startswith("no usable preference pair in")
     assert "'chosen' must be a list holding one assistant message" in failure
+
+
+# --- Flags: the preference accuracy is the training reward ----------------------------------------------
+
+
+def test_the_reward_hacking_flag_watches_the_preference_accuracy_against_the_held_out_metric():
+    from trainer.callbacks import ManifestInfo
+
+    events = io.StringIO()
+    callback = dpo.DpoCallback(EventStream(events), StopFlag(), ManifestInfo("tiny", "hash", {}))
+    first = {f"task-{number}": 1.0 for number in range(10)}
+    assert callback.flags.heldout(0, first) is None
+    for step, accuracy in enumerate([0.2] * 5 + [1.0] * 5, start=1):
+        callback.log(step, {"loss": 0.5, "rewards/accuracies": accuracy})
+    flagged = callback.flags.heldout(10, {task: 0.0 for task in first})
+    assert flagged is not None and flagged.message.startswith("flag: reward_hacking at step 10 training reward rose")
+    assert '"name": "rewards/accuracies", "value": 1.0' in events.getvalue()
