@@ -42,7 +42,7 @@ def test_dpo_is_a_training_kind_the_launch_form_offers_with_defaults_the_trainer
 
 
 def test_a_dpo_launch_on_a_snapshot_of_tasks_is_refused_before_queueing(trainer, tiny_train_snapshot):
-    with pytest.raises(LaunchRefused, match="this snapshot has no preference pairs"):
+    with pytest.raises(LaunchRefused, match="preference pairs"):  # the reason, worded by whichever check refuses
         services.job_launch(actor=trainer, kind="dpo", snapshot=tiny_train_snapshot, base_model="demo")
     assert not Job.objects.exists()
 
