@@ -22,8 +22,11 @@ def save_adapter(
     config: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
 ) -> AdapterManifest:
-    """Save a PeftModel's adapter to `folder` with its manifest; returns the manifest."""
-    model.save_pretrained(str(folder), safe_serialization=True)
+    """Save a PeftModel's active adapter to `folder` with its manifest; returns the manifest.
+
+    Only the active one: DPO from a parent adapter keeps a frozen copy of the parent beside it as its reference.
+    """
+    model.save_pretrained(str(folder), safe_serialization=True, selected_adapters=[model.active_adapter])
     return write_manifest(folder, base_model=base_model, snapshot_sha256=snapshot_sha256, config=config,
                           metrics=metrics)
 

@@ -40,6 +40,13 @@ LOG_METRICS = {
     "completions/clipped_ratio": "truncated_share",
     "redraws": "dynamic_sampling/redraws",
     "mean_token_accuracy": "token_accuracy",
+    # DPO's implicit reward (beta x the policy's log-ratio to the reference) of the chosen and rejected answers.
+    "rewards/chosen": "rewards/chosen",
+    "rewards/rejected": "rewards/rejected",
+    "rewards/margins": "rewards/margins",
+    "rewards/accuracies": "rewards/accuracies",
+    "logps/chosen": "logps/chosen",
+    "logps/rejected": "logps/rejected",
 }
 # The evaluator's overall keys reported as `heldout/<key>` metrics (the last three only where tasks are episodes).
 HELDOUT_METRICS = ("valid_json_rate", "correct_tool_rate", "correct_arguments_rate", "execution_success_rate",

@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_verify(sub)
     add_eval(sub)
     add_job(sub, "sft", "supervised fine-tuning of a LoRA adapter on a snapshot's expected calls", "trainer.sft")
+    add_job(sub, "dpo", "DPO (or IPO, robust DPO ...) of a LoRA adapter on preference pairs", "trainer.dpo")
     add_job(sub, "grpo", "GRPO (or DAPO, Dr. GRPO, GSPO) on a LoRA adapter with a verifier's reward", "trainer.grpo")
     add_job(sub, "gate", "compare a candidate adapter with the live one and decide on promotion", "trainer.gate")
     add_job(sub, "mine", "keep the train tasks the model solves sometimes but not always (hard-task mining)",

@@ -260,7 +260,7 @@ class Verdict:
 
 # --- The job protocol (DESIGN.md): a RunSpec in, one event per line out -------------------
 
-JOB_KINDS = ("eval", "sft", "grpo", "gate", "mine", "replay")
+JOB_KINDS = ("eval", "sft", "dpo", "grpo", "gate", "mine", "replay")
 # The worker names its pid here so that a trainer whose worker died before it started stops at once.
 PARENT_PID_ENV = "FLYWHEEL_PARENT_PID"
 
@@ -274,8 +274,9 @@ class RunSpec:
     `task_paths` are the tasks the kind works on (trained on for sft and grpo, evaluated for
     eval and gate); `heldout_paths` the held-out tasks a training run evaluates as it goes;
     `regression_paths` the regression tasks a gate must not break (for `replay`, `task_paths` hold
-    replay cases, `trainer.spec.replay`). `safety_policy` is the agent's
-    `SafetyPolicy` as JSON (None: the default policy), which every kind judges unsafe calls by.
+    replay cases, `trainer.spec.replay`; for `dpo`, preference pairs, `trainer.spec.pairs`).
+    `safety_policy` is the agent's `SafetyPolicy` as JSON (None: the default policy), which every
+    kind judges unsafe calls by.
     Paths may be relative; `trainer.jobs.load_spec` resolves them against the spec's folder.
     """
 

@@ -221,7 +221,7 @@ class RedrawingGRPOTrainer(GRPOTrainer):
         return [dict(self.rows[task_id]) for task_id in chosen for _ in range(self.group_size)]
 
 
-class GrpoRecipe:
+class GrpoRecipe(training.TaskInput):
     kind = "grpo"
     config_class = GrpoConfig
 

@@ -12,6 +12,9 @@ Episode SFT (`max_turns` above 1) checks `max_length` the same way against the r
 episodes (`trainer.demonstrations`): each whole episode's tokens, and the tokens before its first
 answer (TRL drops an example whose answers the limit cuts away entirely).
 
+DPO (`trainer.dpo`) checks `max_length` against each prompt with its chosen and with its rejected
+answer, and derives the held-out answer limit from the chosen answers.
+
 Held-out tasks are only counted, never used to derive a limit (nothing is tuned on them).
 """
 
@@ -37,6 +40,7 @@ class Lengths:
 
     what: str
     counts: list[int]
+    source: str = "the train tasks"  # what a derived limit is said to be derived from
 
     def cut_by(self, limit: int) -> int:
         return sum(1 for count in self.counts if count > limit)
@@ -112,7 +116,7 @@ def checked_limit(lengths: Lengths, *, knob: str, limit: int | None, max_cut_sha
     cut, total = lengths.cut_by(resolved), len(lengths.counts)
     events.emit(MetricEvent(step=0, name=f"length/{knob}/cut_share", value=cut / total))
     events.emit(MetricEvent(step=0, name=f"length/{knob}/longest", value=float(max(lengths.counts))))
-    source = "derived from the train tasks" if limit is None else "as set"
+    source = f"derived from {lengths.source}" if limit is None else "as set"
     events.emit(LogEvent(f"{knob} {resolved} ({source}) cuts {cut} of {total} {lengths.what} "
                          f"(longest {max(lengths.counts)} tokens, 99th percentile "
                          f"{percentile([float(c) for c in lengths.counts], 99):.0f})",

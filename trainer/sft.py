@@ -107,7 +107,7 @@ def _answers(turns: Sequence[dict[str, Any]]) -> int:
     return sum(1 for turn in turns if turn.get("role") == "assistant")
 
 
-class SftRecipe:
+class SftRecipe(training.TaskInput):
     kind = "sft"
     config_class = SftConfig
 

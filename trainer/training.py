@@ -1,11 +1,13 @@
-"""The skeleton every training kind runs on: SFT and GRPO are recipes that fill it in.
+"""The skeleton every training kind runs on: SFT, DPO and GRPO are recipes that fill it in.
 
-`run` checks the spec (config, train tasks, parent adapter), loads the policy (the base model,
+`run` checks the spec (config, train input, parent adapter), loads the policy (the base model,
 or the base with its trainable parent adapter), asks the kind's recipe for its transformers
 `Trainer` and callback, trains (from the last checkpoint when resuming), evaluates on the
 held-out tasks once more, and saves the final adapter with its manifest. A recipe does only
-what is its own: `prepare` checks what needs no model (before the slow load), `build` makes
-the dataset, the reward, the callback and the TRL trainer.
+what is its own: `train_input` reads what it trains on (train tasks for SFT and GRPO, through
+`TaskInput`; preference pairs for DPO), `prepare` checks what needs no model (before the slow
+load), `limits` checks its length limits, `answer_lengths` gives the answers the held-out length
+limit is derived from, and `build` makes the dataset, the reward, the callback and the TRL trainer.
 
 Checkpoints land in `<output_dir>/checkpoints/checkpoint-<step>` (`trainer.spec.adapters`):
 PEFT's adapter files plus the Trainer's optimizer and scheduler state, so `resume: true`
@@ -29,12 +31,19 @@ from trainer.contracts import DoneEvent, LogEvent, RunSpec, Task
 from trainer.flags import rate_value
 from trainer.heldout import HeldoutEvaluator, heldout_evaluator
 from trainer.jobs import EventStream, JobStopped, StopFlag
-from trainer.lengths import answer_tokens, checked_limit, report_cut
+from trainer.lengths import Lengths, answer_tokens, checked_limit, report_cut
 from trainer.models import ModelNotFoundError, load_model, pick_device, resolve_model
 from trainer.spec.adapters import CHECKPOINTS, FINAL_ADAPTER, AdapterManifest, last_checkpoint, verify_adapter
 from trainer.spec.config import LoraSettings, SpecError, TrainingConfig, config_from_json
 from trainer.spec.eval import safety_policy
-from trainer.spec.tasks import TaskFiles, read_task_files, skipped_warning, snapshot_sha256, with_skipped
+from trainer.spec.tasks import (
+    SkippedLine,
+    TaskFiles,
+    read_task_files,
+    skipped_warning,
+    snapshot_sha256,
+    with_skipped,
+)
 from trainer.verifiers import SafetyPolicy
 
 ConfigT = TypeVar("ConfigT", bound=TrainingConfig)
@@ -104,11 +113,26 @@ class Setup(Generic[ConfigT]):
     events: EventStream
 
 
+@dataclass(frozen=True)
+class TrainInput:
+    """What a recipe read from the spec's `task_paths`, as the skeleton sees it."""
+
+    tasks: list[Task]  # the train tasks; none for a kind that trains on something else (DPO: its pairs)
+    skipped: list[SkippedLine]
+    what: str = "train task"  # names a line in the skipped-lines warning
+
+
 class Recipe(Protocol[ConfigT]):
     """What a training kind adds to the skeleton."""
 
     kind: str
     config_class: type[ConfigT]
+
+    def train_input(self, spec: RunSpec, config: ConfigT) -> TrainInput:
+        """Read what the kind trains on from `spec.task_paths`; a SpecError when nothing usable is there."""
+
+    def answer_lengths(self, setup: Setup[ConfigT], tokenizer: Any) -> Lengths:
+        """The tokens of the answers the kind trains toward: `eval_max_new_tokens` is derived from them."""
 
     def prepare(self, setup: Setup[ConfigT]) -> None:
         """Checks and set-up that need no model: they fail before the slow load."""
@@ -120,19 +144,32 @@ class Recipe(Protocol[ConfigT]):
         """The kind's dataset, callback and TRL trainer over the loaded policy."""
 
 
+class TaskInput:
+    """The train input of the kinds that train on tasks (SFT, GRPO): the task files, their reference answers."""
+
+    def train_input(self, spec: RunSpec, config: TrainingConfig) -> TrainInput:
+        files = train_tasks(spec, config)
+        return TrainInput(files.tasks, files.skipped)
+
+    def answer_lengths(self, setup: Setup[Any], tokenizer: Any) -> Lengths:
+        # With episodes, each reference call is one answer of a turn.
+        return answer_tokens(setup.tasks, tokenizer, setup.config.max_turns > 1)
+
+
 def run(spec: RunSpec, events: EventStream, stop: StopFlag, recipe: Recipe[Any]) -> DoneEvent:
     """One training job: check everything, train, save the final adapter, report it."""
     config = config_from_json(recipe.config_class, spec.hyperparameters, f"{recipe.kind} hyperparameters")
-    train = train_tasks(spec, config)
+    train = recipe.train_input(spec, config)
     tasks = train.tasks
-    if warning := skipped_warning(train.skipped, "train task"):
+    if warning := skipped_warning(train.skipped, train.what):
         events.emit(warning)
     parent = check_parent_adapter(spec)
     device = pick_device(config.device)
     setup = Setup(spec, config, tasks, safety_policy(None, spec.safety_policy), events)
     recipe.prepare(setup)
     model, tokenizer = policy_model(spec, device)
-    config = heldout_limit(dataclasses.replace(setup, config=recipe.limits(setup, tokenizer)), tokenizer)
+    setup = dataclasses.replace(setup, config=recipe.limits(setup, tokenizer))
+    config = heldout_limit(setup, recipe.answer_lengths(setup, tokenizer))
     manifest = ManifestInfo(spec.base_model, snapshot_sha256(spec.task_paths),
                             {"kind": recipe.kind, "parent_adapter": spec.adapter, **asdict(config)})
     heldout = heldout_evaluator(spec, config, device, setup.policy)
@@ -151,13 +188,12 @@ def run(spec: RunSpec, events: EventStream, stop: StopFlag, recipe: Recipe[Any])
     return with_skipped(done, train.skipped + (heldout.skipped if heldout is not None else []))
 
 
-def heldout_limit(setup: Setup[ConfigT], tokenizer: Any) -> ConfigT:
-    """The config with `eval_max_new_tokens` checked against the train tasks' answers (derived where null);
-    with episodes, against each reference call, one answer of a turn."""
+def heldout_limit(setup: Setup[ConfigT], answers: Lengths) -> ConfigT:
+    """The config with `eval_max_new_tokens` checked against the answers trained toward (derived where null):
+    the train tasks' reference answers (with episodes, each reference call), or DPO's chosen answers."""
     config = setup.config
-    limit = checked_limit(answer_tokens(setup.tasks, tokenizer, config.max_turns > 1), knob="eval_max_new_tokens",
-                          limit=config.eval_max_new_tokens, max_cut_share=config.max_truncated_share,
-                          events=setup.events)
+    limit = checked_limit(answers, knob="eval_max_new_tokens", limit=config.eval_max_new_tokens,
+                          max_cut_share=config.max_truncated_share, events=setup.events)
     return dataclasses.replace(config, eval_max_new_tokens=limit)
 
 

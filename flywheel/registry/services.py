@@ -117,7 +117,7 @@ def version_register(
 
 
 def version_register_from_job(*, job: Job) -> ModelVersion | None:
-    """Register a succeeded sft or grpo job's adapter (once: a second call returns the same version)."""
+    """Register a succeeded training job's adapter (sft, dpo, grpo; once: a second call returns the same version)."""
     if job.kind not in TRAINING_KINDS or job.state != JobState.SUCCEEDED:
         return None
     existing = ModelVersion.objects.filter(training_job=job).first()

@@ -1,8 +1,8 @@
 """Plotly figures for the job pages: pure functions from selector data to a `go.Figure` (no I/O).
 
 The live page draws one chart per panel below, and only the panels the job has data for: an SFT
-run has no KL or tied groups. Labels, look and `figure_json` (what `static/js/jobs.js` hands to
-`Plotly.react`) are `flywheel.core.charts`'s.
+run has no KL or tied groups, and only a DPO run has implicit rewards. Labels, look and
+`figure_json` (what `static/js/jobs.js` hands to `Plotly.react`) are `flywheel.core.charts`'s.
 """
 
 from __future__ import annotations
@@ -114,6 +114,11 @@ PANELS: tuple[Panel, ...] = (
     Panel("heldout", "Held-out metrics", lambda metric: metric.startswith("heldout/")),
     Panel("valid", "Valid-output rate", _contains("valid_json")),
     Panel("unsafe", "Unsafe rate", _contains("unsafe")),
+    Panel("preference", "Implicit rewards of the chosen and rejected answers, and their margin (DPO)",
+          lambda metric: metric in ("rewards/chosen", "rewards/rejected", "rewards/margins")),
+    Panel("preference_accuracy", "Preference accuracy: pairs whose chosen answer gets the higher reward (DPO)",
+          _is("rewards/accuracies")),
+    Panel("logps", "Log-probability of the chosen and rejected answers (DPO)", _contains("logps/")),
     Panel("kl", "KL to the starting policy", _is("kl")),
     Panel("tied", "Tied-group fraction (no reward spread in the group)", _is("tied_group_fraction")),
     Panel("length", "Completion length (tokens)", _is("completion_length")),

@@ -26,6 +26,9 @@ DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     JobKind.SFT: {"num_train_epochs": 2, "learning_rate": 2e-4, "lora_r": 16, "lora_alpha": 32,
                   "lora_target_modules": "all-linear", "max_length": None, "per_device_train_batch_size": 4,
                   "eval_interval": 0},
+    JobKind.DPO: {"beta": 0.1, "loss_type": "sigmoid", "num_train_epochs": 3, "learning_rate": 5e-5, "lora_r": 16,
+                  "lora_alpha": 32, "lora_target_modules": "all-linear", "max_length": None,
+                  "per_device_train_batch_size": 4, "eval_interval": 0},
     JobKind.GRPO: {"num_generations": 8, "loss_type": "dapo", "beta": 0.0, "learning_rate": 1e-5, "max_steps": 40,
                    "max_completion_length": None, "dynamic_sampling_redraws": 4, "lora_r": 16, "lora_alpha": 32,
                    "lora_target_modules": "all-linear", "eval_interval": 10, "verifier": "tool_call",
@@ -39,7 +42,7 @@ DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
                    "batch_size": 4, "sample_size": None},
 }  # fmt: skip
 # The kinds that train, and so take a held-out snapshot to evaluate on as they go.
-HELDOUT_KINDS = (JobKind.SFT, JobKind.GRPO)
+HELDOUT_KINDS = (JobKind.SFT, JobKind.DPO, JobKind.GRPO)
 PREFILL_FIELDS = ("kind", "snapshot", "heldout_snapshot", "base_model", "adapter", "agent")
 SNAPSHOT_KIND_CHOICES = [(value, label) for value, label in JobKind.choices if value not in CASE_KINDS]
 
@@ -60,19 +63,19 @@ class JobLaunchForm(forms.Form):
     kind = forms.ChoiceField(choices=SNAPSHOT_KIND_CHOICES, initial=JobKind.EVAL)
     snapshot = SnapshotChoiceField(
         queryset=TaskSetSnapshot.objects.all(),
-        help_text="Trained on (sft, grpo: a train snapshot), evaluated (eval) or mined for hard tasks (mine: a train "
-                  "snapshot).",
+        help_text="Trained on (sft, grpo: a train snapshot; dpo: a train snapshot of preference pairs), evaluated "
+                  "(eval) or mined for hard tasks (mine: a train snapshot).",
     )
     heldout_snapshot = SnapshotChoiceField(
         queryset=TaskSetSnapshot.objects.filter(split=Split.HELDOUT), required=False, label="Held-out snapshot",
-        help_text="Optional, sft and grpo: evaluated every eval_interval steps, never trained on.",
+        help_text="Optional, sft, dpo and grpo: evaluated every eval_interval steps, never trained on.",
     )  # fmt: skip
     base_model = forms.CharField(
         max_length=500, initial="demo", help_text="'demo' (SmolLM2-135M-Instruct), a folder or a .gguf"
     )
     adapter = forms.CharField(
         max_length=500, required=False, label="Parent adapter",
-        help_text="A PEFT adapter folder: evaluated with the base (eval), or trained further (sft, grpo).",
+        help_text="A PEFT adapter folder: evaluated with the base (eval), or trained further (sft, dpo, grpo).",
     )  # fmt: skip
     agent = forms.ModelChoiceField(
         queryset=Agent.objects.all(), required=False, help_text="Empty: the snapshot's agent."

@@ -1,4 +1,4 @@
-"""Jobs that run trainer (eval, sft, grpo, gate, mine, replay), what they report as they run, and evaluation results.
+"""Jobs that run trainer (eval, sft, dpo, grpo, gate, mine, replay), what they report as they run, and eval results.
 
 Every kind but `replay` runs on a task snapshot. A replay answers a failing step's conversation
 again (the registry's `Replay` launches it): its one case is carried by the job itself (`cases`),
@@ -18,6 +18,7 @@ from trainer.spec import kinds as trainer_kinds
 class JobKind(models.TextChoices):
     EVAL = "eval", "Evaluation"
     SFT = "sft", "SFT"
+    DPO = "dpo", "DPO"
     GRPO = "grpo", "GRPO"
     GATE = "gate", "Gate"
     MINE = "mine", "Hard-task mining"
@@ -48,7 +49,8 @@ class Job(UUIDModel, TimestampedModel):
     agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
     snapshot = models.ForeignKey(
         TaskSetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs",
-        help_text="The tasks trained on (sft, grpo) or evaluated (eval, gate); none for a replay.",
+        help_text="The tasks trained on (sft, grpo), the preference pairs (dpo) or the tasks evaluated (eval, gate); "
+                  "none for a replay.",
     )  # fmt: skip
     cases = models.JSONField(
         default=list, blank=True,

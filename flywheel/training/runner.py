@@ -28,9 +28,9 @@ from typing import IO, Any
 from django.conf import settings
 
 from flywheel.datasets.exports import snapshot_lines
-from flywheel.datasets.models import TaskSetSnapshot
+from flywheel.datasets.models import SnapshotKind, TaskSetSnapshot
 from flywheel.training import services
-from flywheel.training.models import TRAINING_KINDS, Job
+from flywheel.training.models import TRAINING_KINDS, Job, JobKind
 from flywheel.triage.selectors import agent_policy_json
 from trainer.contracts import PARENT_PID_ENV, ContractError, LogEvent, RunSpec, event_from_json
 from trainer.spec.adapters import CHECKPOINTS, last_checkpoint
@@ -77,10 +77,21 @@ def _carry_last_checkpoint(job: Job, output: Path) -> bool:
 
 
 def _write_input(job: Job, path: Path) -> str:
-    """The job's snapshot as native task JSONL, or for a replay the cases it carries, one a line."""
+    """The job's snapshot as native task JSONL (a dpo job's: its preference pairs), or for a replay the cases
+    it carries, one a line."""
+    if job.kind == JobKind.DPO:
+        return _write_pairs(job.task_snapshot, path.with_name("pairs.jsonl"))
     if job.snapshot is not None:
         return _write_tasks(job.snapshot, path)
     path.write_text("".join(json.dumps(case, ensure_ascii=False) + "\n" for case in job.cases), encoding="utf-8")
+    return str(path)
+
+
+def _write_pairs(snapshot: TaskSetSnapshot, path: Path) -> str:
+    """The snapshot's preference pairs as JSONL; a ValueError, "this snapshot has no preference pairs", without."""
+    if snapshot.kind != SnapshotKind.PAIRS:  # refused at launch; a job made another way still gets the reason
+        raise ValueError("this snapshot has no preference pairs")
+    path.write_text("".join(line + "\n" for line in snapshot_lines(snapshot, "native")), encoding="utf-8")
     return str(path)
 
 
@@ -129,9 +140,13 @@ def trainer_command(job: Job) -> list[str]:
 def run_attempt(job: Job) -> Job:
     folder = attempt_dir(job)
     stderr_path = folder / "stderr.log"
+    try:
+        spec_path = write_spec(job, folder)
+    except ValueError as error:  # the snapshot holds nothing this kind reads (a dpo job's pairs)
+        return services.job_not_started(job=job, reason=f"the job's input cannot be written: {error}")
     with ExitStack() as stack:
         try:
-            command = [*trainer_command(job), job.kind, "--spec", str(write_spec(job, folder))]
+            command = [*trainer_command(job), job.kind, "--spec", str(spec_path)]
             stderr = stack.enter_context(stderr_path.open("w"))
             process = subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True, cwd=folder,

@@ -201,14 +201,15 @@ def job_progress(*, job: Job) -> Progress:
 
 
 def planned_steps(job: Job) -> tuple[int | None, bool]:
-    """The run's step count from its hyperparameters; for an SFT run by epochs, an estimate from its tasks."""
-    if job.kind not in (JobKind.SFT, JobKind.GRPO):
+    """The run's step count from its hyperparameters; for an SFT or DPO run by epochs, an estimate from its tasks
+    (or pairs)."""
+    if job.kind not in (JobKind.SFT, JobKind.DPO, JobKind.GRPO):
         return None, False
     settings = {**_trainer_defaults(job.kind), **(job.hyperparameters or {})}
     max_steps = _int_or_none(settings.get("max_steps"))
     if max_steps and max_steps > 0:
         return max_steps, False
-    if job.kind == JobKind.SFT:
+    if job.kind in (JobKind.SFT, JobKind.DPO):
         epochs = settings.get("num_train_epochs")
         batch = _int_or_none(settings.get("per_device_train_batch_size")) or 1
         if isinstance(epochs, int | float) and epochs > 0 and job.snapshot and job.snapshot.task_count:

@@ -57,7 +57,7 @@ from trainer.spec.kinds import config_class
 from trainer.spec.replay import ReplayCase
 
 # The kinds trainer runs today.
-RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY)
+RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.DPO, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY)
 LOG_TAIL_LINES = 200
 
 

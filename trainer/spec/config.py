@@ -129,8 +129,8 @@ class TrainingConfig:
     heldout_sample_size: int | None = field(default=50, metadata={
         "help": "Held-out tasks per evaluation, drawn with the seed; null for all."})
     eval_max_new_tokens: int | None = field(default=None, metadata={
-        "help": "Most tokens per held-out answer; null: derived from the train tasks' reference answers "
-                "(99th percentile + 16)."})
+        "help": "Most tokens per held-out answer; null: derived from the train tasks' reference answers (for dpo, "
+                "the chosen answers; 99th percentile + 16)."})
     eval_batch_size: int = field(default=8, metadata={"help": "Prompts per held-out generation batch."})
     checkpoint_interval: int = field(default=50, metadata={
         "help": "Save a checkpoint every this many steps; 0 for only the final adapter."})

@@ -7,6 +7,7 @@ the same spec with it, so the two can never disagree on what a kind accepts.
 from __future__ import annotations
 
 from trainer.spec.config import TrainingConfig
+from trainer.spec.dpo import DpoConfig
 from trainer.spec.eval import EvalConfig
 from trainer.spec.gate import GateConfig
 from trainer.spec.grpo import GrpoConfig
@@ -15,7 +16,7 @@ from trainer.spec.replay import ReplayConfig
 from trainer.spec.sft import SftConfig
 
 CONFIGS: dict[str, type] = {
-    "eval": EvalConfig, "sft": SftConfig, "grpo": GrpoConfig, "gate": GateConfig, "mine": MineConfig,
+    "eval": EvalConfig, "sft": SftConfig, "dpo": DpoConfig, "grpo": GrpoConfig, "gate": GateConfig, "mine": MineConfig,
     "replay": ReplayConfig,
 }  # fmt: skip
 TRAINING_KINDS = tuple(kind for kind, config in CONFIGS.items() if issubclass(config, TrainingConfig))

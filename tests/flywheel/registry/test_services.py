@@ -55,6 +55,15 @@ def test_a_succeeded_sft_job_registers_its_adapter_as_the_agents_next_version(ag
     assert AuditEvent.objects.filter(action="version.register", target_id=str(version.pk)).count() == 1
 
 
+def test_a_succeeded_dpo_job_registers_its_adapter_as_sft_and_grpo_jobs_do(agent, adapters, heldout_snapshot):
+    job = finish_job(kind=JobKind.DPO, snapshot=heldout_snapshot, agent=agent,
+                     result=done({"adapter_dir": str(adapters[1])}, {"train/rewards/margins": 0.4}),
+                     hyperparameters={"beta": 0.2})  # fmt: skip
+    version = ModelVersion.objects.get(training_job=job)
+    assert (version.number, version.adapter_sha256) == (1, manifest_sha(adapters[1]))
+    assert version.config == {"kind": "dpo", "beta": 0.2} and version.metrics == {"train/rewards/margins": 0.4}
+
+
 def test_a_grpo_job_started_from_a_version_registers_the_next_number_with_that_parent(
     agent, adapters, heldout_snapshot, register
 ):
