@@ -331,10 +331,15 @@ def queue_progress(queue: Queue, *, viewer: User) -> QueueProgress:
     return queue_progress_many([queue], viewer=viewer)[queue.pk]
 
 
+PROGRESS_GENERATION_KEY = "triage:progress:generation"
+
+
 def queue_progress_recent(queue: Queue, *, viewer: User) -> QueueProgress:
     """The queue's progress as counted at most TRIAGE_PROGRESS_CACHE_SECONDS ago, for the review page.
 
-    Shared by the viewers who see the same agents; the queue's own page always counts afresh.
+    Shared by the viewers who see the same agents; the queue's own page always counts afresh. A
+    review saved, skipped or marked in bulk starts a new generation (`progress_changed`), so a
+    reviewer never sees a count from before their own save; claims and arrivals may lag.
     """
     seconds = settings.TRIAGE_PROGRESS_CACHE_SECONDS
     if not seconds:
@@ -344,7 +349,8 @@ def queue_progress_recent(queue: Queue, *, viewer: User) -> QueueProgress:
         if sees_all_agents(viewer)
         else ",".join(sorted(map(str, visible_agents(viewer).values_list("pk", flat=True))))
     )
-    key = f"triage:progress:{queue.pk}:{hashlib.sha256(scope.encode()).hexdigest()[:20]}"
+    generation = cache.get(PROGRESS_GENERATION_KEY, 0)
+    key = f"triage:progress:{queue.pk}:{generation}:{hashlib.sha256(scope.encode()).hexdigest()[:20]}"
     cached = cache.get(key)
     if cached is not None:
         return QueueProgress(*cached)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +23,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
@@ -259,6 +261,11 @@ def _assignments_replace(*, actor: User, trajectory: Trajectory, choices: Sequen
         assignment.save()
 
 
+def _progress_changed() -> None:
+    """After the commit, a new generation of queue progress: the review page recounts (`queue_progress_recent`)."""
+    transaction.on_commit(lambda: cache.set(selectors.PROGRESS_GENERATION_KEY, time.time_ns(), None), robust=True)
+
+
 @transaction.atomic
 def review_submit(*, actor: User, trajectory: Trajectory, choices: Sequence[BucketChoice], note: str = "") -> Review:
     """Store a reviewer's buckets and note, mark the trajectory reviewed, and release its claim."""
@@ -275,6 +282,7 @@ def review_submit(*, actor: User, trajectory: Trajectory, choices: Sequence[Buck
     review.save()
     after = {choice.bucket.slug: choice.step_index for choice in choices}
     audit_record(actor=actor, action="review.submit", target=trajectory, data={"buckets": after, "before": before})
+    _progress_changed()
     return review
 
 
@@ -289,6 +297,7 @@ def review_skip(*, actor: User, trajectory: Trajectory) -> Review:
     review.full_clean()
     review.save()
     audit_record(actor=actor, action="review.skip", target=trajectory, data={"state": review.state})
+    _progress_changed()
     return review
 
 
@@ -657,6 +666,7 @@ def review_bulk_mark_reviewed(*, actor: User, trajectory_ids: Sequence[UUID]) ->
             )
         )
     audit_record(actor=actor, action="review.bulk_mark_reviewed", data=_bulk_data(trajectory_ids, changed))
+    _progress_changed()
     return changed
 
 

@@ -151,15 +151,21 @@ def test_the_queue_list_counts_each_queue_as_its_own_page_does(stored, make_user
     assert [(listed[queue].total, listed[queue].reviewed) for queue in queues] == [(2, 1), (3, 1), (0, 0)]
 
 
-def test_the_review_pages_progress_is_counted_at_most_once_a_while(stored, make_user, operator, settings):
+def test_the_review_pages_progress_is_counted_at_most_once_a_while_but_never_older_than_a_save(
+    stored, make_user, operator, settings, django_capture_on_commit_callbacks
+):
     settings.TRIAGE_PROGRESS_CACHE_SECONDS = 60
     rita = make_user(Role.REVIEWER, "rita")
     queue = services.queue_create(
         actor=rita, name="recounted", filters=TriageFilters(base=TrajectoryFilters(outcome="failure"))
     )
     before = selectors.queue_progress_recent(queue, viewer=operator)
-    services.review_submit(actor=rita, trajectory=services.queue_next(queue=queue, reviewer=rita), choices=[])
-    assert selectors.queue_progress_recent(queue, viewer=operator) == before  # counted a moment ago
-    assert selectors.queue_progress(queue, viewer=operator).reviewed == before.reviewed + 1  # the queue page's count
-    settings.TRIAGE_PROGRESS_CACHE_SECONDS = 0
+    claimed = services.queue_next(queue=queue, reviewer=rita)
+    assert selectors.queue_progress_recent(queue, viewer=operator) == before  # a claim lags: counted a moment ago
+    assert selectors.queue_progress(queue, viewer=operator).claimed == before.claimed + 1  # the queue page's count
+    with django_capture_on_commit_callbacks(execute=True):
+        services.review_submit(actor=rita, trajectory=claimed, choices=[])
     assert selectors.queue_progress_recent(queue, viewer=operator).reviewed == before.reviewed + 1
+    with django_capture_on_commit_callbacks(execute=True):
+        services.review_skip(actor=rita, trajectory=services.queue_next(queue=queue, reviewer=rita))
+    assert selectors.queue_progress_recent(queue, viewer=operator).skipped == before.skipped + 1
