@@ -13,8 +13,9 @@ from django.forms import BoundField
 from flywheel.core.roles import Perm
 from flywheel.ingest.forms import TrajectoryFilterForm
 from flywheel.ingest.models import Outcome
+from flywheel.monitoring.models import Scorer
 from flywheel.triage.models import Bucket, Queue, ReviewState
-from flywheel.triage.queue_rules import NegativeFeedback, QueueRule, rules_json, rules_parse
+from flywheel.triage.queue_rules import NegativeFeedback, OnlineScoreBelow, QueueRule, rules_json, rules_parse
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import BucketChoice
 from flywheel.triage.suggestions import NEEDS_REVIEW
@@ -105,6 +106,10 @@ class QueueRuleForm(forms.Form):
     suggested_bucket = forms.MultipleChoiceField(required=False, label="Suggested bucket, any of")
     thumbs_down = forms.BooleanField(required=False, label="A thumbs down")
     score_below = forms.FloatField(required=False, label="Or a score below")
+    online_scorer = forms.ChoiceField(required=False, label="Online score of", choices=[("", "—"), *Scorer.choices])
+    online_below = forms.FloatField(
+        required=False, label="below", help_text="A verdict is 1 for a pass and 0 for a fail: below 1 is a fail"
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -122,6 +127,8 @@ class QueueRuleForm(forms.Form):
         if data.get("thumbs_down") or data.get("score_below") is not None:
             rule["negative_feedback"] = {"thumbs_down": bool(data.get("thumbs_down")),
                                          "score_below": data.get("score_below")}  # fmt: skip
+        if data.get("online_scorer") or data.get("online_below") is not None:
+            rule[OnlineScoreBelow.KIND] = {"scorer": data.get("online_scorer"), "below": data.get("online_below")}
         return rule
 
     def clean(self) -> dict[str, Any]:
@@ -138,6 +145,9 @@ class QueueRuleForm(forms.Form):
     def initial_for(rule: QueueRule) -> dict[str, Any]:
         data = rule.to_json()
         data.update(data.pop(NegativeFeedback.KIND, {}))  # its thumbs_down and score_below are fields here
+        online = data.pop(OnlineScoreBelow.KIND, None)
+        if online:
+            data.update(online_scorer=online["scorer"], online_below=online["below"])
         return data
 
 

@@ -25,6 +25,7 @@ from flywheel.core.roles import Perm
 from flywheel.core.selectors import agents_filter, sees_all_agents, visible_agents
 from flywheel.ingest.models import Feedback, Step, Trajectory
 from flywheel.ingest.selectors import Cursor, TrajectoryFilters, keyset_page, trajectory_queryset
+from flywheel.monitoring.models import OnlineScore
 from flywheel.triage.models import (
     AgentPolicy,
     Bucket,
@@ -182,7 +183,7 @@ def queue_members(queue: Queue, *, viewer: User) -> QuerySet[Trajectory]:
 
 
 def queue_rule_facts(trajectory_ids: Sequence[UUID | str]) -> dict[UUID, TrajectoryFacts]:
-    """What queue rules read about these trajectories, in four queries; gone ids are left out.
+    """What queue rules read about these trajectories, in five queries; gone ids are left out.
 
     The system's read for `services.queue_rules_apply`, of every agent: it takes no viewer, and
     what it returns never reaches a page.
@@ -199,10 +200,21 @@ def queue_rule_facts(trajectory_ids: Sequence[UUID | str]) -> dict[UUID, Traject
         .values("trajectory_id")
         .annotate(downs=Count("pk", filter=Q(thumb=Feedback.Thumb.DOWN)), lowest=Min("score"))
     }
-    return {
-        pk: TrajectoryFacts(agent, outcome, version, frozenset(suggested.get(pk, ())), *feedback.get(pk, (False, None)))
-        for pk, agent, outcome, version in rows
-    }
+    online: dict[UUID, dict[str, float]] = {}
+    for trajectory_id, scorer, lowest in (
+        OnlineScore.objects.filter(trajectory_id__in=trajectory_ids)
+        .values("trajectory_id", "scorer")
+        .annotate(lowest=Min("value"))
+        .values_list("trajectory_id", "scorer", "lowest")
+    ):
+        online.setdefault(trajectory_id, {})[scorer] = lowest
+    facts = {}
+    for pk, agent, outcome, version in rows:
+        thumbs_down, lowest_score = feedback.get(pk, (False, None))
+        facts[pk] = TrajectoryFacts(agent=agent, outcome=outcome, model_version=version,
+                                    suggested=frozenset(suggested.get(pk, ())), thumbs_down=thumbs_down,
+                                    lowest_score=lowest_score, online_lowest=online.get(pk, {}))  # fmt: skip
+    return facts
 
 
 @dataclass(frozen=True)

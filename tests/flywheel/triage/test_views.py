@@ -235,9 +235,26 @@ def test_a_reviewer_makes_a_queue_of_rules_alone_and_its_page_shows_them(client,
     assert "Rules apply to trajectories that arrive after the rule is saved" in edit
 
 
+def test_a_rule_on_an_online_score_is_saved_shown_and_offered_back_for_editing(client, reviewer, stored):
+    client.force_login(reviewer)
+    rules = rule_fields({"name": "unsafe", "online_scorer": "safety", "online_below": "1"})
+    response = client.post(reverse("triage:queue_new"), {"name": "scored", **rules})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    queue = Queue.objects.get(name="scored")
+    assert queue.rules == [{"name": "unsafe", "online_score_below": {"scorer": "safety", "below": 1.0}}]
+    page = client.get(reverse("triage:queue_detail", args=[queue.pk])).content.decode()
+    assert "online safety score below 1" in page
+    edit = client.get(reverse("triage:queue_edit", args=[queue.pk])).content.decode()
+    assert '<option value="safety" selected>' in edit and 'name="rules-0-online_below" value="1.0"' in edit
+
+
 @pytest.mark.parametrize(
     ("rule", "error"),
     [
+        ({"name": "r", "online_scorer": "vibes", "online_below": "1"}, "Select a valid choice"),
+        ({"name": "r", "online_scorer": "safety"}, "online_score_below needs a threshold"),
+        ({"name": "r", "online_below": "0.5"}, "online_score_below needs a scorer, one of safety, schema"),
+        ({"name": "r", "online_scorer": "safety", "online_below": "low"}, "Enter a number."),
         ({"thumbs_down": "on"}, "a rule needs a name"),
         ({"name": "nothing"}, "rule &#x27;nothing&#x27; has no condition"),
         ({"name": "r", "score_below": "low"}, "Enter a number."),
