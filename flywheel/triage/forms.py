@@ -20,17 +20,24 @@ from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import BucketChoice
 from flywheel.triage.suggestions import NEEDS_REVIEW
 
+# A verdict is 1 for a pass and 0 for a fail: below 1, the scorer failed it.
+FAILED_BELOW = 1.0
+
 
 def _bucket_choices(first: str) -> list[tuple[str, str]]:
     return [("", first), *Bucket.objects.values_list("slug", "name")]
 
 
 class TriageFilterForm(TrajectoryFilterForm):
-    """The trajectory list's filters plus bucket, suggested bucket and review state."""
+    """The trajectory list's filters plus bucket, suggested bucket, review state and an online score."""
 
     bucket = forms.ChoiceField(required=False)
     suggested = forms.ChoiceField(required=False, label="Suggested")
     state = forms.ChoiceField(required=False, label="Review", choices=[("", "any"), *ReviewState.choices])
+    online_scorer = forms.ChoiceField(required=False, label="Online score of", choices=[("", "—"), *Scorer.choices])
+    online_below = forms.FloatField(
+        required=False, label="below", help_text="Blank: below 1, the scorer failed it (a pass is 1, a fail 0)."
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -38,13 +45,22 @@ class TriageFilterForm(TrajectoryFilterForm):
         suggested = cast(forms.ChoiceField, self.fields["suggested"])
         suggested.choices = [*_bucket_choices("any"), (NEEDS_REVIEW, "needs review")]
 
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        if self.cleaned_data.get("online_below") is not None and not self.cleaned_data.get("online_scorer"):
+            self.add_error("online_scorer", "Choose the scorer whose score must be below the threshold.")
+        return self.cleaned_data
+
     def triage_filters(self) -> TriageFilters:
         data: dict[str, Any] = self.cleaned_data if self.is_valid() else {}
+        scorer, below = data.get("online_scorer") or "", data.get("online_below")
         return TriageFilters(
             base=self.filters(),
             bucket=data.get("bucket") or "",
             suggested=data.get("suggested") or "",
             state=data.get("state") or "",
+            online_scorer=scorer,
+            online_below=(FAILED_BELOW if below is None else below) if scorer else None,
         )
 
 

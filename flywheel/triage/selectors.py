@@ -40,16 +40,20 @@ from flywheel.triage.queue_rules import QueueRule, TrajectoryFacts, rules_parse
 from flywheel.triage.suggestions import NEEDS_REVIEW
 
 _DATE_FIELDS = ("since", "until")
+_OWN_FIELDS = ("bucket", "suggested", "state", "online_scorer", "online_below")
 
 
 @dataclass(frozen=True)
 class TriageFilters:
-    """The ingest list's filters plus bucket (assigned), suggested bucket (or NEEDS_REVIEW) and state."""
+    """The ingest list's filters (feedback among them) plus bucket (assigned), suggested bucket (or
+    NEEDS_REVIEW), review state, and an online score: some verdict of `online_scorer` below `online_below`."""
 
     base: TrajectoryFilters = field(default_factory=TrajectoryFilters)
     bucket: str = ""
     suggested: str = ""
     state: str = ""
+    online_scorer: str = ""
+    online_below: float | None = None  # set together with online_scorer
 
     def is_empty(self) -> bool:
         return self == TriageFilters()
@@ -61,7 +65,7 @@ class TriageFilters:
             value = getattr(self.base, name)
             if value not in ("", None):
                 data[name] = value.isoformat() if name in _DATE_FIELDS else value
-        data.update({name: getattr(self, name) for name in ("bucket", "suggested", "state") if getattr(self, name)})
+        data.update({name: getattr(self, name) for name in _OWN_FIELDS if getattr(self, name) not in ("", None)})
         return data
 
     @classmethod
@@ -71,12 +75,7 @@ class TriageFilters:
         for name in _DATE_FIELDS:
             if base.get(name):
                 base[name] = date.fromisoformat(base[name])
-        return cls(
-            base=TrajectoryFilters(**base),
-            bucket=data.get("bucket", ""),
-            suggested=data.get("suggested", ""),
-            state=data.get("state", ""),
-        )
+        return cls(base=TrajectoryFilters(**base), **{name: data[name] for name in _OWN_FIELDS if name in data})
 
 
 def triage_queryset(filters: TriageFilters, *, viewer: User) -> QuerySet[Trajectory]:
@@ -95,6 +94,10 @@ def triage_queryset(filters: TriageFilters, *, viewer: User) -> QuerySet[Traject
         rows = rows.filter(Q(review__isnull=True) | Q(review__state=ReviewState.UNREVIEWED))
     elif filters.state:
         rows = rows.filter(review__state=filters.state)
+    if filters.online_scorer and filters.online_below is not None:
+        scored = OnlineScore.objects.filter(trajectory=OuterRef("pk"), scorer=filters.online_scorer,
+                                            value__lt=filters.online_below)  # fmt: skip
+        rows = rows.filter(Exists(scored))
     return rows
 
 

@@ -3,10 +3,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from flywheel.core.roles import Role
 from flywheel.ingest.selectors import TrajectoryFilters
+from flywheel.ingest.services import feedback_add
+from flywheel.monitoring.models import OnlineScore
 from flywheel.triage import selectors, services
 from flywheel.triage.models import BucketAssignment, Queue, QueueItem, Review, ReviewState
 from flywheel.triage.queue_rules import rules_parse
@@ -160,6 +164,50 @@ def test_the_list_shows_states_buckets_and_suggestions_and_filters(client, make_
     page = client.get(reverse("triage:trajectory_list"), {"suggested": "incomplete_execution"}).content.decode()
     assert ">first<" in page and ">second<" not in page and "Incomplete execution" in page
     assert 'name="ids"' not in page  # viewers get no bulk actions
+
+
+def listed(client, **query) -> set[str]:
+    page = client.get(reverse("triage:trajectory_list"), query).content.decode()
+    return set(re.findall(r"/review/[^\"]+\">([a-z-]+)</a>", page))
+
+
+def test_the_list_filters_by_online_score_and_by_feedback(client, make_user, stored):
+    OnlineScore.objects.create(trajectory=stored["first"], scorer="safety", value=0.0, passed=False)
+    OnlineScore.objects.create(trajectory=stored["second"], scorer="safety", value=1.0, passed=True)
+    viewer = make_user(Role.VIEWER)
+    feedback_add(trajectory=stored["fine"], value="down", sent_by=viewer)
+    feedback_add(trajectory=stored["second"], value="up", sent_by=viewer)
+    client.force_login(viewer)
+    assert listed(client) == {"first", "second", "fine"}
+    assert listed(client, online_scorer="safety") == {"first"}  # no threshold: below 1, the scorer failed it
+    assert listed(client, online_scorer="safety", online_below="2") == {"first", "second"}
+    assert listed(client, feedback="down") == {"fine"}
+    assert listed(client, feedback="any", online_scorer="safety", online_below="2") == {"second"}
+
+
+def test_a_threshold_without_a_scorer_is_shown_as_an_error(client, make_user, stored):
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("triage:trajectory_list"), {"online_below": "0.5"}).content.decode()
+    assert "Choose the scorer whose score must be below the threshold." in page
+
+
+def test_the_lists_queries_do_not_grow_with_its_rows(client, make_user, store):
+    """Keyset pages of 50, each row's review, buckets, suggestions and scores read in bounded queries."""
+    viewer = make_user(Role.VIEWER)
+    client.force_login(viewer)
+    query = {"online_scorer": "schema", "feedback": "any"}
+
+    def page_queries(count: int) -> int:
+        steps = [user(), call("refund_order", {"order_id": "1"})]
+        records = [shop_record(f"r{count}-{n}", steps) for n in range(count)]
+        for trajectory in store(*records).values():
+            OnlineScore.objects.create(trajectory=trajectory, scorer="schema", value=0.0, passed=False)
+            feedback_add(trajectory=trajectory, value="down", sent_by=viewer)
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(reverse("triage:trajectory_list"), query).status_code == 200
+        return len(queries)
+
+    assert page_queries(2) == page_queries(8)
 
 
 def bulk(client, query: str = "", **data):
