@@ -21,7 +21,6 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
-from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -170,9 +169,9 @@ def _scored_announce(trajectory_ids: list[UUID]) -> None:
     """Send `online_scores_stored` once the verdicts are committed; a failing receiver never fails the scoring.
 
     A signal, not a call: triage's queue rules read the scores, and monitoring need not know who does.
+    (A lambda, not a functools.partial: Django names a robust callback that failed by its `__qualname__`.)
     """
     if trajectory_ids:
-        # A lambda, not a partial: a robust on_commit names the callback it logs by its __qualname__.
         transaction.on_commit(lambda: online_scores_stored.send(sender=OnlineScore, trajectory_ids=trajectory_ids),
                               robust=True)  # fmt: skip
 
@@ -201,7 +200,11 @@ def scoring_sweep() -> int:
 def checks_schedule(*, agent_ids: Iterable[UUID]) -> None:
     """Check these agents for a regression on the `default` queue, after commit (`check_later`)."""
     for agent_id in sorted(set(agent_ids)):
-        transaction.on_commit(partial(check_later, agent_id=agent_id), robust=True)
+
+        def check(agent_id: UUID = agent_id) -> None:  # one callback per agent: one failing spares the others
+            check_later(agent_id=agent_id)
+
+        transaction.on_commit(check, robust=True)
 
 
 def check_later(*, agent_id: UUID) -> bool:

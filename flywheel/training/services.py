@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,7 +107,7 @@ def job_launch(
     audit_record(actor=actor, action="job.launch", target=job,
                  data={"kind": kind, "snapshot": snapshot.content_hash if snapshot else None})  # fmt: skip
     # Sent after the commit; a broker that cannot take it leaves the job queued for the sweeper, and no error.
-    transaction.on_commit(partial(job_dispatch, job_id=job.id), robust=True)
+    transaction.on_commit(lambda: job_dispatch(job_id=job.id), robust=True)
     return job
 
 
@@ -393,7 +392,7 @@ def _job_reap(job: Job) -> bool:
         return False
     audit_record(actor=None, action="job.requeue" if retry else "job.lost", target=job, data={"attempts": job.attempts})
     if retry:
-        transaction.on_commit(partial(job_dispatch, job_id=job.id), robust=True)
+        transaction.on_commit(lambda: job_dispatch(job_id=job.id), robust=True)
     else:
         job.refresh_from_db()
         job_finished.send(sender=Job, job=job)
