@@ -28,13 +28,18 @@ def _bucket_choices(first: str) -> list[tuple[str, str]]:
     return [("", first), *Bucket.objects.values_list("slug", "name")]
 
 
+def _online_scorer_field() -> forms.ChoiceField:
+    """One of the monitoring app's scorers, for a filter or a rule on an online score."""
+    return forms.ChoiceField(required=False, label="Online score of", choices=[("", "—"), *Scorer.choices])
+
+
 class TriageFilterForm(TrajectoryFilterForm):
     """The trajectory list's filters plus bucket, suggested bucket, review state and an online score."""
 
     bucket = forms.ChoiceField(required=False)
     suggested = forms.ChoiceField(required=False, label="Suggested")
     state = forms.ChoiceField(required=False, label="Review", choices=[("", "any"), *ReviewState.choices])
-    online_scorer = forms.ChoiceField(required=False, label="Online score of", choices=[("", "—"), *Scorer.choices])
+    online_scorer = _online_scorer_field()
     online_below = forms.FloatField(
         required=False, label="below", help_text="Blank: below 1, the scorer failed it (a pass is 1, a fail 0)."
     )
@@ -122,7 +127,7 @@ class QueueRuleForm(forms.Form):
     suggested_bucket = forms.MultipleChoiceField(required=False, label="Suggested bucket, any of")
     thumbs_down = forms.BooleanField(required=False, label="A thumbs down")
     score_below = forms.FloatField(required=False, label="Or a score below")
-    online_scorer = forms.ChoiceField(required=False, label="Online score of", choices=[("", "—"), *Scorer.choices])
+    online_scorer = _online_scorer_field()
     online_below = forms.FloatField(
         required=False, label="below", help_text="A verdict is 1 for a pass and 0 for a fail: below 1 is a fail"
     )
