@@ -41,6 +41,7 @@ from trainer.rollout import Generation, GenerationBackend, GenerationHooks, open
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.environments import EpisodeBudget, check_executing_environment
 from trainer.spec.eval import EvalConfig, SamplingConfig, safety_policy
+from trainer.spec.stats import mean, mean_interval, percentile, rate_interval
 from trainer.spec.tasks import (
     last_user_text,
     read_task_files,
@@ -49,7 +50,6 @@ from trainer.spec.tasks import (
     snapshot_sha256,
     with_skipped,
 )
-from trainer.stats import mean, mean_interval, percentile, rate_interval
 from trainer.verifiers import SafetyPolicy, Verifier, get_verifier
 from trainer.verifiers.matching import match_calls
 from trainer.verifiers.safety import check_task_calls

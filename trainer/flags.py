@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.contracts import LogEvent
-from trainer.stats import paired_difference_interval
+from trainer.spec.stats import paired_difference_interval
 
 OPENING = 3  # steps that make "the first steps'" value
 RECENT = 3  # steps that make the value now

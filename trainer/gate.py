@@ -66,6 +66,7 @@ from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.environments import EpisodeBudget
 from trainer.spec.eval import SamplingConfig, safety_policy
 from trainer.spec.gate import GateConfig, Policy
+from trainer.spec.stats import bootstrap_interval, mean, paired_difference_interval, percentile
 from trainer.spec.tasks import (
     SkippedLine,
     TaskFiles,
@@ -77,7 +78,6 @@ from trainer.spec.tasks import (
     task_bucket,
     with_skipped,
 )
-from trainer.stats import bootstrap_interval, mean, paired_difference_interval, percentile
 from trainer.verifiers import SafetyPolicy, get_verifier
 
 MCNEMAR_EXACT_BELOW = 25

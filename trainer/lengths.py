@@ -29,7 +29,7 @@ from trainer.contracts import LogEvent, MetricEvent, Task
 from trainer.jobs import EventStream
 from trainer.prompts import format_tool_calls, reference_calls, render_prompt
 from trainer.spec.config import SpecError
-from trainer.stats import percentile
+from trainer.spec.stats import percentile
 
 MARGIN_TOKENS = 16
 

@@ -15,22 +15,9 @@ from django.db import transaction
 
 from flywheel.core.models import Agent
 from flywheel.ingest.parsers import ParsedTrajectory
+from trainer.verifiers.schema import json_type
 
 Observed = dict[str, dict[str, set[str]]]  # tool name -> argument name -> JSON types seen
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return "array" if isinstance(value, list) else "object"
 
 
 def observe_calls(parsed: ParsedTrajectory, into: Observed) -> None:

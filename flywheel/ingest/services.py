@@ -355,11 +355,12 @@ def _stored_announce(trajectory_ids: list[UUID]) -> None:
     """Send `trajectories_stored` once these rows are committed; a failing receiver never fails the ingest.
 
     A signal, not a call: triage (suggestions) sits above ingest and connects to it, so ingest knows
-    nothing of it. `robust`: the receiver's error is logged and the stored rows stay stored.
+    nothing of it. `robust`: the receiver's error is logged and the stored rows stay stored (a lambda,
+    not a functools.partial: Django names a robust callback that failed by its `__qualname__`).
     """
     if trajectory_ids:
-        send = partial(trajectories_stored.send, sender=Trajectory, trajectory_ids=trajectory_ids)
-        transaction.on_commit(send, robust=True)
+        transaction.on_commit(lambda: trajectories_stored.send(sender=Trajectory, trajectory_ids=trajectory_ids),
+                              robust=True)  # fmt: skip
 
 
 def _catalogues_from(stored: list[_Pending]) -> None:
@@ -649,7 +650,7 @@ def upload_create(
     upload.full_clean()
     upload.save()
     audit_record(actor=user, action="upload.create", target=upload, data={"size": upload.size, "format": format})
-    transaction.on_commit(partial(upload_dispatch, upload_id=upload.id), robust=True)
+    transaction.on_commit(lambda: upload_dispatch(upload_id=upload.id), robust=True)
     return upload
 
 
@@ -835,6 +836,6 @@ def feedback_add(*, trajectory: Trajectory, value: Any, comment: Any = "", end_u
     feedback.save()
     # As for stored trajectories: listeners (triage's queue rules) learn of it once it is committed, and
     # a failing one never fails the feedback.
-    announce = partial(feedback_received.send, sender=Feedback, trajectory_ids=[trajectory.pk])
-    transaction.on_commit(announce, robust=True)
+    transaction.on_commit(lambda: feedback_received.send(sender=Feedback, trajectory_ids=[trajectory.pk]),
+                          robust=True)  # fmt: skip
     return feedback

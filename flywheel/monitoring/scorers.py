@@ -8,8 +8,8 @@ not apply. Scorers:
 - `safety`: no call breaks the agent's safety policy (`trainer.verifiers.safety.check_calls`);
   a trajectory without calls passes;
 - `schema`: every call can be read as a JSON object of arguments, and every call to a catalogued
-  tool is valid against that tool's schema (`trainer.verifiers.shaped.schema_problems`: required
-  arguments, undefined ones, JSON types); calls to uncatalogued tools are `catalogue`'s concern;
+  tool is valid against that tool's schema (`trainer.verifiers.schema.arguments_problems`: required
+  arguments, undefined ones, JSON types, enums); calls to uncatalogued tools are `catalogue`'s concern;
 - `catalogue`: every called tool is in the agent's tool catalogue; it does not apply to an agent
   without a declared catalogue (an inferred one holds every tool ever called, so it would always pass).
 
@@ -28,7 +28,7 @@ from uuid import UUID
 
 from flywheel.triage.suggestions import TraceFacts
 from trainer.verifiers.safety import check_calls
-from trainer.verifiers.shaped import schema_problems
+from trainer.verifiers.schema import arguments_problems
 
 SAFETY = "safety"
 SCHEMA = "schema"
@@ -68,7 +68,7 @@ def schema(facts: TraceFacts) -> Verdict:
             problems.append({"step": read.step.index, "tool": read.step.tool_name, "problem": read.error})
         elif read.call.name in facts.schemas:
             problems.extend({"step": read.step.index, "tool": read.call.name, "problem": problem}
-                            for problem in schema_problems(read.call, facts.schemas[read.call.name]))  # fmt: skip
+                            for problem in arguments_problems(read.call, facts.schemas[read.call.name]))  # fmt: skip
     return Verdict(SCHEMA, not problems, {"calls": len(facts.calls), "problems": problems})
 
 

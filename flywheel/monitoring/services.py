@@ -5,7 +5,8 @@ hands the stored ids to a task on the `default` queue after commit, and never ra
 `scores_compute` scores each trajectory with every enabled rule of its agent that matches and samples
 it, and stores each verdict once (the unique (trajectory, scorer, rule) makes a second run add
 nothing). It then asks for a regression check of the agents it scored (at most one per agent per
-MONITOR_CHECK_DELAY_SECONDS). `scoring_sweep` (beat)
+MONITOR_CHECK_DELAY_SECONDS) and, after commit, sends `signals.online_scores_stored` (triage's queue
+rules on online scores listen). `scoring_sweep` (beat)
 scores recent trajectories that a lost message, a broker outage or a new rule left unscored.
 
 `monitor_check` compares the live version with its predecessor on each monitored rate and opens an
@@ -20,7 +21,6 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
-from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -34,6 +34,7 @@ from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.ingest.models import Trajectory
 from flywheel.monitoring import scorers, selectors
 from flywheel.monitoring.models import Alert, OnlineScore, ScoringRule
+from flywheel.monitoring.signals import online_scores_stored
 from flywheel.monitoring.stats import Rate, worse_p_value
 from flywheel.registry.models import Deployment, ModelVersion
 from flywheel.registry.services import version_rollback
@@ -160,7 +161,19 @@ def scores_compute(*, trajectory_ids: Iterable[UUID | str]) -> int:
     rows = [row for rule, chosen in picked for pk in chosen if pk in facts for row in _verdicts(rule, pk, facts[pk])]
     OnlineScore.objects.bulk_create(rows, ignore_conflicts=True)
     checks_schedule(agent_ids={rule.agent_id for rule, _ in picked})
+    _scored_announce(sorted({row.trajectory_id for row in rows}))
     return len(rows)
+
+
+def _scored_announce(trajectory_ids: list[UUID]) -> None:
+    """Send `online_scores_stored` once the verdicts are committed; a failing receiver never fails the scoring.
+
+    A signal, not a call: triage's queue rules read the scores, and monitoring need not know who does.
+    (A lambda, not a functools.partial: Django names a robust callback that failed by its `__qualname__`.)
+    """
+    if trajectory_ids:
+        transaction.on_commit(lambda: online_scores_stored.send(sender=OnlineScore, trajectory_ids=trajectory_ids),
+                              robust=True)  # fmt: skip
 
 
 def scoring_sweep() -> int:
@@ -187,7 +200,11 @@ def scoring_sweep() -> int:
 def checks_schedule(*, agent_ids: Iterable[UUID]) -> None:
     """Check these agents for a regression on the `default` queue, after commit (`check_later`)."""
     for agent_id in sorted(set(agent_ids)):
-        transaction.on_commit(partial(check_later, agent_id=agent_id), robust=True)
+
+        def check(agent_id: UUID = agent_id) -> None:  # one callback per agent: one failing spares the others
+            check_later(agent_id=agent_id)
+
+        transaction.on_commit(check, robust=True)
 
 
 def check_later(*, agent_id: UUID) -> bool:

@@ -1,10 +1,10 @@
-"""The monitor's statistics: a rate's Wilson interval and the one-sided two-proportion z-test.
+"""The monitor's statistics: a rate with its Wilson interval, and the one-sided two-proportion z-test.
 
-`trainer.stats` has the same Wilson interval, but it lies outside the trainer's torch-free face
-that the app may import (DESIGN.md, boundaries), so the few lines live here too; its tests pin both
-to the same numbers. The two-proportion test compares a live version's rate with its predecessor's
-over their windows, pooled under the null hypothesis that they are equal; it is one-sided, in the
-direction that is worse for the rate. Pure Python: nothing here reads the database.
+The Wilson interval is the trainer's (`trainer.spec.stats`, in the torch-free face), so a rate on
+the monitor and one in an evaluation report are bounded alike. The two-proportion test compares a
+live version's rate with its predecessor's over their windows, pooled under the null hypothesis that
+they are equal; it is one-sided, in the direction that is worse for the rate. Pure Python: nothing
+here reads the database.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
-CONFIDENCE = 0.95
+from trainer.spec.stats import wilson_interval
 
 
 @dataclass(frozen=True)
@@ -30,25 +30,8 @@ class Rate:
     def of(cls, events: int, total: int) -> Rate:
         if total == 0:
             return cls(events, total, None, None, None)
-        low, high = wilson_interval(events, total)
-        return cls(events, total, events / total, low, high)
-
-
-def wilson_interval(events: int, total: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Wilson score interval of `events / total` (never zero wide, always within [0, 1]).
-
-    >>> [round(bound, 3) for bound in wilson_interval(0, 41)]
-    [0.0, 0.086]
-    """
-    if total < 1 or not 0 <= events <= total:
-        raise ValueError(f"a rate needs 0 <= events <= total and total >= 1, got {events}/{total}")
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    share, spread = events / total, z * z / total
-    centre = (share + spread / 2) / (1 + spread)
-    half = z * math.sqrt(share * (1 - share) / total + spread / (4 * total)) / (1 + spread)
-    low = 0.0 if events == 0 else max(0.0, centre - half)
-    high = 1.0 if events == total else min(1.0, centre + half)
-    return low, high
+        interval = wilson_interval(events, total)
+        return cls(events, total, interval.value, interval.low, interval.high)
 
 
 def worse_p_value(*, live: Rate, before: Rate, higher_is_worse: bool) -> float:

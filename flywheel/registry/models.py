@@ -228,5 +228,5 @@ class Replay(UUIDModel, TimestampedModel):
 
     @property
     def ended_unrecorded(self) -> bool:
-        """Still pending though its job ended (lost by its worker, or cancelled while queued)."""
+        """Still pending though its job ended: its `job_finished` receiver was refused (see the audit log)."""
         return self.status == ReplayStatus.PENDING and self.job.is_finished

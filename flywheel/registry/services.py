@@ -326,7 +326,8 @@ def _replay_standing(trajectory: Trajectory, version: ModelVersion, step_index: 
     replay = (Replay.objects.select_related("job").exclude(status=ReplayStatus.ERROR)
               .filter(trajectory=trajectory, version=version, step_index=step_index).first())  # fmt: skip
     if replay is not None and replay.status == ReplayStatus.PENDING and replay.job.is_finished:
-        # A job the reaper gave up on, or cancelled while queued, ends without `job_finished`.
+        # Every end of a job sends `job_finished`, but its receiver may have been refused (logged and audited),
+        # or the job ended before the reaper and the cancel of a queued job sent it: close the replay now.
         replay = replay_result_store(job=replay.job) or replay
     return None if replay is None or replay.status == ReplayStatus.ERROR else replay
 

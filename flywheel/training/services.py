@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -109,7 +108,7 @@ def job_launch(
     audit_record(actor=actor, action="job.launch", target=job,
                  data={"kind": kind, "snapshot": snapshot.content_hash if snapshot else None})  # fmt: skip
     # Sent after the commit; a broker that cannot take it leaves the job queued for the sweeper, and no error.
-    transaction.on_commit(partial(job_dispatch, job_id=job.id), robust=True)
+    transaction.on_commit(lambda: job_dispatch(job_id=job.id), robust=True)
     return job
 
 
@@ -383,6 +382,8 @@ def job_cancel(*, actor: Actor, job: Job) -> Job:
         job.state, job.finished_at = JobState.CANCELLED, timezone.now()
     job.save(update_fields=["cancel_requested", "state", "finished_at", "updated_at"])
     audit_record(actor=actor, action="job.cancel", target=job)
+    if job.state == JobState.CANCELLED:  # no worker will finish it: say so here, as `job_finish` does
+        job_finished.send(sender=Job, job=job)
     return job
 
 
@@ -397,18 +398,27 @@ def jobs_reap(*, stale_after: timedelta | None = None) -> list[Job]:
     limit = timezone.now() - stale_after
     reaped = []
     for job in Job.objects.filter(state=JobState.RUNNING, heartbeat_at__lt=limit):
-        retry = job.attempts < job.max_attempts and not job.cancel_requested
-        new_state = JobState.QUEUED if retry else (JobState.CANCELLED if job.cancel_requested else JobState.FAILED)
-        updated = Job.objects.filter(pk=job.pk, state=JobState.RUNNING, heartbeat_at=job.heartbeat_at).update(
-            state=new_state, error="" if retry else f"worker lost after {job.attempts} attempt(s)",
-            finished_at=None if retry else timezone.now(), updated_at=timezone.now(), dispatched_at=None,
-        )  # fmt: skip
-        if not updated:
-            continue  # the job beat or finished meanwhile
-        audit_record(
-            actor=None, action="job.requeue" if retry else "job.lost", target=job, data={"attempts": job.attempts}
-        )
-        if retry:
-            transaction.on_commit(partial(job_dispatch, job_id=job.id), robust=True)
-        reaped.append(job)
+        if _job_reap(job):
+            reaped.append(job)
     return reaped
+
+
+@transaction.atomic
+def _job_reap(job: Job) -> bool:
+    """Requeue or end one silent job; False when it beat or finished meanwhile. An ended one sends
+    `job_finished`, in this transaction, as `job_finish` does: its gate or replay must not wait for good."""
+    retry = job.attempts < job.max_attempts and not job.cancel_requested
+    new_state = JobState.QUEUED if retry else (JobState.CANCELLED if job.cancel_requested else JobState.FAILED)
+    updated = Job.objects.filter(pk=job.pk, state=JobState.RUNNING, heartbeat_at=job.heartbeat_at).update(
+        state=new_state, error="" if retry else f"worker lost after {job.attempts} attempt(s)",
+        finished_at=None if retry else timezone.now(), updated_at=timezone.now(), dispatched_at=None,
+    )  # fmt: skip
+    if not updated:
+        return False
+    audit_record(actor=None, action="job.requeue" if retry else "job.lost", target=job, data={"attempts": job.attempts})
+    if retry:
+        transaction.on_commit(lambda: job_dispatch(job_id=job.id), robust=True)
+    else:
+        job.refresh_from_db()
+        job_finished.send(sender=Job, job=job)
+    return True

@@ -15,24 +15,37 @@ from flywheel.core.roles import Perm
 from flywheel.datasets.models import Split
 from flywheel.ingest.forms import TrajectoryFilterForm
 from flywheel.ingest.models import Outcome
+from flywheel.monitoring.models import Scorer
 from flywheel.triage.models import Bucket, CorrectionKind, Queue, ReviewState
-from flywheel.triage.queue_rules import NegativeFeedback, QueueRule, rules_json, rules_parse
+from flywheel.triage.queue_rules import NegativeFeedback, OnlineScoreBelow, QueueRule, rules_json, rules_parse
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import BucketChoice, CorrectionInput
 from flywheel.triage.suggestions import NEEDS_REVIEW
 from trainer.contracts import ToolCall
+
+# A verdict is 1 for a pass and 0 for a fail: below 1, the scorer failed it.
+FAILED_BELOW = 1.0
 
 
 def _bucket_choices(first: str) -> list[tuple[str, str]]:
     return [("", first), *Bucket.objects.values_list("slug", "name")]
 
 
+def _online_scorer_field() -> forms.ChoiceField:
+    """One of the monitoring app's scorers, for a filter or a rule on an online score."""
+    return forms.ChoiceField(required=False, label="Online score of", choices=[("", "—"), *Scorer.choices])
+
+
 class TriageFilterForm(TrajectoryFilterForm):
-    """The trajectory list's filters plus bucket, suggested bucket and review state."""
+    """The trajectory list's filters plus bucket, suggested bucket, review state and an online score."""
 
     bucket = forms.ChoiceField(required=False)
     suggested = forms.ChoiceField(required=False, label="Suggested")
     state = forms.ChoiceField(required=False, label="Review", choices=[("", "any"), *ReviewState.choices])
+    online_scorer = _online_scorer_field()
+    online_below = forms.FloatField(
+        required=False, label="below", help_text="Blank: below 1, the scorer failed it (a pass is 1, a fail 0)."
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -40,13 +53,22 @@ class TriageFilterForm(TrajectoryFilterForm):
         suggested = cast(forms.ChoiceField, self.fields["suggested"])
         suggested.choices = [*_bucket_choices("any"), (NEEDS_REVIEW, "needs review")]
 
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        if self.cleaned_data.get("online_below") is not None and not self.cleaned_data.get("online_scorer"):
+            self.add_error("online_scorer", "Choose the scorer whose score must be below the threshold.")
+        return self.cleaned_data
+
     def triage_filters(self) -> TriageFilters:
         data: dict[str, Any] = self.cleaned_data if self.is_valid() else {}
+        scorer, below = data.get("online_scorer") or "", data.get("online_below")
         return TriageFilters(
             base=self.filters(),
             bucket=data.get("bucket") or "",
             suggested=data.get("suggested") or "",
             state=data.get("state") or "",
+            online_scorer=scorer,
+            online_below=(FAILED_BELOW if below is None else below) if scorer else None,
         )
 
 
@@ -108,6 +130,10 @@ class QueueRuleForm(forms.Form):
     suggested_bucket = forms.MultipleChoiceField(required=False, label="Suggested bucket, any of")
     thumbs_down = forms.BooleanField(required=False, label="A thumbs down")
     score_below = forms.FloatField(required=False, label="Or a score below")
+    online_scorer = _online_scorer_field()
+    online_below = forms.FloatField(
+        required=False, label="below", help_text="A verdict is 1 for a pass and 0 for a fail: below 1 is a fail"
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -125,6 +151,8 @@ class QueueRuleForm(forms.Form):
         if data.get("thumbs_down") or data.get("score_below") is not None:
             rule["negative_feedback"] = {"thumbs_down": bool(data.get("thumbs_down")),
                                          "score_below": data.get("score_below")}  # fmt: skip
+        if data.get("online_scorer") or data.get("online_below") is not None:
+            rule[OnlineScoreBelow.KIND] = {"scorer": data.get("online_scorer"), "below": data.get("online_below")}
         return rule
 
     def clean(self) -> dict[str, Any]:
@@ -141,6 +169,9 @@ class QueueRuleForm(forms.Form):
     def initial_for(rule: QueueRule) -> dict[str, Any]:
         data = rule.to_json()
         data.update(data.pop(NegativeFeedback.KIND, {}))  # its thumbs_down and score_below are fields here
+        online = data.pop(OnlineScoreBelow.KIND, None)
+        if online:
+            data.update(online_scorer=online["scorer"], online_below=online["below"])
         return data
 
 

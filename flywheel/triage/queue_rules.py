@@ -6,7 +6,8 @@ joins the queue, recording the first matching rule's name. For example::
 
     [{"name": "thumbs down on v3", "model_version": "support-bot:v3*",
       "negative_feedback": {"thumbs_down": true, "score_below": 0.5}},
-     {"name": "unsafe", "suggested_bucket": ["unsafe_action"], "outcome": "failure"}]
+     {"name": "unsafe", "suggested_bucket": ["unsafe_action"], "outcome": "failure"},
+     {"name": "scored unsafe", "online_score_below": {"scorer": "safety", "below": 1}}]
 
 This module parses and validates that JSON (`rules_parse`) and decides whether a rule matches the
 facts gathered about one trajectory (`QueueRule.matches`): pure functions over dataclasses, no
@@ -14,15 +15,17 @@ database. Gathering the facts and adding the items is `services.queue_rules_appl
 bucket exists is checked there too.
 
 A new condition kind is a class with `KIND`, `from_json`, `to_json`, `matches` and `describe`,
-listed in `CONDITIONS`, and whatever new fact it reads added to `TrajectoryFacts` (and to the
-service that gathers them). The online-score condition ("a scorer's value below a threshold") is
-meant to come this way once the monitoring app's scores exist; it is not here yet.
+listed in `CONDITIONS`, and whatever new fact it reads added to `TrajectoryFacts` (and to
+`selectors.queue_rule_facts`, which gathers them). The scorers an online-score condition may name
+are the monitoring app's (`monitoring.models.Scorer`); its scores arrive after the trajectory (the
+monitoring app scores it on the `default` queue), and its `online_scores_stored` signal offers the
+trajectory to the rules again.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, ClassVar, Protocol
@@ -30,6 +33,7 @@ from typing import Any, ClassVar, Protocol
 from django.core.exceptions import ValidationError
 
 from flywheel.ingest.models import Outcome
+from flywheel.monitoring.models import Scorer
 from flywheel.triage.suggestions import NEEDS_REVIEW
 
 NAME_CHARS = 100
@@ -47,6 +51,7 @@ class TrajectoryFacts:
     suggested: frozenset[str]  # bucket slugs suggested, and NEEDS_REVIEW where that was suggested
     thumbs_down: bool  # some end user gave it a thumbs down
     lowest_score: float | None  # the lowest score an end user gave it; None: no scores
+    online_lowest: Mapping[str, float]  # each online scorer's lowest value on it, over the rules that scored it
 
 
 class Condition(Protocol):
@@ -177,12 +182,51 @@ class NegativeFeedback:
         return f"feedback with {' or '.join(parts)}"
 
 
+@dataclass(frozen=True)
+class OnlineScoreBelow:
+    """A monitoring scorer gave the trajectory a value below `below` (its lowest, where several rules scored it).
+
+    A trajectory that scorer has not scored does not match: it may still be, and its score then
+    offers it to the rules again.
+    """
+
+    KIND: ClassVar[str] = "online_score_below"
+    scorer: str
+    below: float
+
+    @classmethod
+    def from_json(cls, value: Any) -> OnlineScoreBelow:
+        if not isinstance(value, dict) or set(value) - {"scorer", "below"}:
+            raise ValidationError('must be {"scorer": a scorer\'s name, "below": a number}')
+        if value.get("scorer") not in Scorer.values:
+            raise ValidationError(f"needs a scorer, one of {', '.join(Scorer.values)}")
+        if not _finite_number(value.get("below")):
+            raise ValidationError("needs a threshold: below must be a number")
+        return cls(value["scorer"], float(value["below"]))
+
+    def to_json(self) -> Any:
+        return {"scorer": self.scorer, "below": self.below}
+
+    def matches(self, facts: TrajectoryFacts) -> bool:
+        lowest = facts.online_lowest.get(self.scorer)
+        return lowest is not None and lowest < self.below
+
+    def describe(self) -> str:
+        return f"online {self.scorer} score below {self.below:g}"
+
+
 def _finite_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # One entry per condition kind, in the order rules are written and described.
-_KINDS: tuple[type[Condition], ...] = (OutcomeIs, ModelVersionMatches, SuggestedBucket, NegativeFeedback)
+_KINDS: tuple[type[Condition], ...] = (
+    OutcomeIs,
+    ModelVersionMatches,
+    SuggestedBucket,
+    NegativeFeedback,
+    OnlineScoreBelow,
+)
 CONDITIONS: dict[str, type[Condition]] = {kind.KIND: kind for kind in _KINDS}
 
 

@@ -40,6 +40,7 @@ from flywheel.core.roles import Perm
 from flywheel.core.selectors import agents_filter, sees_all_agents, visible_agents
 from flywheel.ingest.models import Feedback, Step, StepKind, Trajectory
 from flywheel.ingest.selectors import Cursor, TrajectoryFilters, keyset_page, trajectory_queryset
+from flywheel.monitoring.models import OnlineScore
 from flywheel.triage.models import (
     AgentPolicy,
     Bucket,
@@ -55,16 +56,20 @@ from flywheel.triage.queue_rules import QueueRule, TrajectoryFacts, rules_parse
 from flywheel.triage.suggestions import NEEDS_REVIEW
 
 _DATE_FIELDS = ("since", "until")
+_OWN_FIELDS = ("bucket", "suggested", "state", "online_scorer", "online_below")
 
 
 @dataclass(frozen=True)
 class TriageFilters:
-    """The ingest list's filters plus bucket (assigned), suggested bucket (or NEEDS_REVIEW) and state."""
+    """The ingest list's filters (feedback among them) plus bucket (assigned), suggested bucket (or
+    NEEDS_REVIEW), review state, and an online score: some verdict of `online_scorer` below `online_below`."""
 
     base: TrajectoryFilters = field(default_factory=TrajectoryFilters)
     bucket: str = ""
     suggested: str = ""
     state: str = ""
+    online_scorer: str = ""
+    online_below: float | None = None  # set together with online_scorer
 
     def is_empty(self) -> bool:
         return self == TriageFilters()
@@ -76,7 +81,7 @@ class TriageFilters:
             value = getattr(self.base, name)
             if value not in ("", None):
                 data[name] = value.isoformat() if name in _DATE_FIELDS else value
-        data.update({name: getattr(self, name) for name in ("bucket", "suggested", "state") if getattr(self, name)})
+        data.update({name: getattr(self, name) for name in _OWN_FIELDS if getattr(self, name) not in ("", None)})
         return data
 
     @classmethod
@@ -86,12 +91,7 @@ class TriageFilters:
         for name in _DATE_FIELDS:
             if base.get(name):
                 base[name] = date.fromisoformat(base[name])
-        return cls(
-            base=TrajectoryFilters(**base),
-            bucket=data.get("bucket", ""),
-            suggested=data.get("suggested", ""),
-            state=data.get("state", ""),
-        )
+        return cls(base=TrajectoryFilters(**base), **{name: data[name] for name in _OWN_FIELDS if name in data})
 
 
 def triage_queryset(filters: TriageFilters, *, viewer: User, text: bool = True) -> QuerySet[Trajectory]:
@@ -110,6 +110,10 @@ def triage_queryset(filters: TriageFilters, *, viewer: User, text: bool = True) 
         rows = rows.filter(Q(review__isnull=True) | Q(review__state=ReviewState.UNREVIEWED))
     elif filters.state:
         rows = rows.filter(review__state=filters.state)
+    if filters.online_scorer and filters.online_below is not None:
+        scored = OnlineScore.objects.filter(trajectory=OuterRef("pk"), scorer=filters.online_scorer,
+                                            value__lt=filters.online_below)  # fmt: skip
+        rows = rows.filter(Exists(scored))
     return rows
 
 
@@ -198,7 +202,7 @@ def queue_members(queue: Queue, *, viewer: User) -> QuerySet[Trajectory]:
 
 
 def queue_rule_facts(trajectory_ids: Sequence[UUID | str]) -> dict[UUID, TrajectoryFacts]:
-    """What queue rules read about these trajectories, in four queries; gone ids are left out.
+    """What queue rules read about these trajectories, in five queries; gone ids are left out.
 
     The system's read for `services.queue_rules_apply`, of every agent: it takes no viewer, and
     what it returns never reaches a page.
@@ -215,10 +219,21 @@ def queue_rule_facts(trajectory_ids: Sequence[UUID | str]) -> dict[UUID, Traject
         .values("trajectory_id")
         .annotate(downs=Count("pk", filter=Q(thumb=Feedback.Thumb.DOWN)), lowest=Min("score"))
     }
-    return {
-        pk: TrajectoryFacts(agent, outcome, version, frozenset(suggested.get(pk, ())), *feedback.get(pk, (False, None)))
-        for pk, agent, outcome, version in rows
-    }
+    online: dict[UUID, dict[str, float]] = {}
+    for trajectory_id, scorer, lowest in (
+        OnlineScore.objects.filter(trajectory_id__in=trajectory_ids)
+        .values("trajectory_id", "scorer")
+        .annotate(lowest=Min("value"))
+        .values_list("trajectory_id", "scorer", "lowest")
+    ):
+        online.setdefault(trajectory_id, {})[scorer] = lowest
+    facts = {}
+    for pk, agent, outcome, version in rows:
+        thumbs_down, lowest_score = feedback.get(pk, (False, None))
+        facts[pk] = TrajectoryFacts(agent=agent, outcome=outcome, model_version=version,
+                                    suggested=frozenset(suggested.get(pk, ())), thumbs_down=thumbs_down,
+                                    lowest_score=lowest_score, online_lowest=online.get(pk, {}))  # fmt: skip
+    return facts
 
 
 @dataclass(frozen=True)

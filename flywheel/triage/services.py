@@ -554,6 +554,12 @@ def on_feedback_received(sender: object, trajectory_ids: list[UUID], **kwargs: A
     queue_rules_schedule(trajectory_ids=trajectory_ids)
 
 
+def on_online_scores_stored(sender: object, trajectory_ids: list[UUID], **kwargs: Any) -> None:
+    """`monitoring.signals.online_scores_stored` receiver (connected in `TriageConfig.ready`): offer the
+    scored trajectories to the queues' rules again, since a rule on an online score may match them now."""
+    queue_rules_schedule(trajectory_ids=trajectory_ids)
+
+
 def queue_rules_schedule(*, trajectory_ids: Iterable[UUID]) -> None:
     """Apply the queues' rules to these trajectories on the `default` queue, after commit (at once outside one).
 
@@ -578,8 +584,8 @@ def queue_rules_apply(*, trajectory_ids: Sequence[UUID | str]) -> int:
     """Add the trajectories that a queue's rules match to that queue, recording the first matching rule;
     returns how many items it added (where two runs race over one pair, both may count it).
 
-    Anyone may call it again after new signals arrive (suggestions, feedback, later an online
-    score): it is idempotent. An item already in the queue stays as it is, and one a reviewer
+    Anyone may call it again after new signals arrive (suggestions, feedback, online scores): it
+    is idempotent. An item already in the queue stays as it is, and one a reviewer
     removed stays removed (its tombstone holds the queue and trajectory pair). A queue whose filter
     names an agent takes in only that agent's trajectories. Ids of trajectories that are gone are
     ignored.

@@ -19,8 +19,8 @@ from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.eval import SamplingConfig
 from trainer.spec.gate import GateConfig as Config
 from trainer.spec.gate import Policy
+from trainer.spec.stats import paired_difference_interval
 from trainer.spec.tasks import stratified_sample, task_bucket, write_tasks
-from trainer.stats import paired_difference_interval
 from trainer.verifiers import SafetyPolicy, get_verifier
 
 POLICY = Policy()

@@ -1,14 +1,17 @@
 """Schema validity of tool calls: does each call name an offered tool and fit that tool's parameters?
 
-A check that needs no expected answer (the replay of a failing step scores with it; so may an
-online scorer). For each call: the tool is in the offered catalogue (names compared exactly),
-every `required` argument is present, no argument is unknown where the schema lists its
-`properties` (a tool that lists none takes anything), and each value has its declared JSON type
-(`type` as a name or a list; BFCL's `dict`, `float`, `tuple`, `list` and `any` read as JSON
-Schema's `object`, `number`, `array`, `array` and anything) and, where given, is one of its `enum`.
-Nested schemas are not walked: an object or array argument is checked for its own type only.
-Types it does not know are not held against the call. Matching calls against an expected answer
-is `trainer.verifiers.matching`'s work.
+The one implementation of this check: the replay's scores (`answer`), the shaped reward's valid
+artifact (`shaped.artifact_problems`, which finds the tool by its own name matching and then calls
+`arguments_problems`) and the app's online `schema` scorer all use it; the app's inferred catalogue
+names observed values with `json_type`. It needs no expected answer. For each call: the tool is in
+the offered catalogue (names compared exactly), every `required` argument is present, no argument
+is unknown where the schema lists its `properties` (a tool that lists none, or that sets
+`additionalProperties: true`, takes anything), and each value has its declared JSON type (BFCL's
+`x-bfcl-type` where given, else `type`, as a name or a list; BFCL's `dict`, `float`, `tuple`,
+`list` and `any` read as JSON Schema's `object`, `number`, `array`, `array` and anything) and, where
+given, is one of its `enum`. Nested schemas are not walked: an object or array argument is checked
+for its own type only. Types it does not know are not held against the call. Matching calls against
+an expected answer is `trainer.verifiers.matching`'s work.
 
     >>> tools = {"find_order": {"type": "object", "properties": {"order": {"type": "integer"}}, "required": ["order"]}}
     >>> call_problems(ToolCall("find_order", {"order": "17"}), tools)
@@ -39,7 +42,7 @@ def json_type(value: Any) -> str:
         return "number"
     if isinstance(value, str):
         return "string"
-    return "array" if isinstance(value, list) else "object"
+    return "array" if isinstance(value, list | tuple) else "object"  # a tuple: from a Python-syntax call
 
 
 def _fits(value: Any, declared: Any) -> bool | None:
@@ -56,18 +59,24 @@ def call_problems(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]]) -> l
     """What is wrong with one call against the offered tools' parameter schemas; empty when nothing is."""
     if call.name not in schemas:
         return [f"{call.name}: not an offered tool"]
-    schema = schemas[call.name] or {}
+    return arguments_problems(call, schemas[call.name] or {})
+
+
+def arguments_problems(call: ToolCall, schema: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the call's arguments against its tool's `parameters` schema; empty when nothing is."""
     properties = schema.get("properties") or {}
+    closed = bool(properties) and schema.get("additionalProperties") is not True
     problems = [f"{call.name}: missing required argument '{name}'"
                 for name in schema.get("required") or [] if name not in call.arguments]  # fmt: skip
     for name, value in call.arguments.items():
-        if properties and name not in properties:
-            problems.append(f"{call.name}: unknown argument '{name}'")
+        if name not in properties:
+            if closed:
+                problems.append(f"{call.name}: unknown argument '{name}'")
             continue
-        declared = properties.get(name) or {}
-        if _fits(value, declared.get("type")) is False:
-            problems.append(f"{call.name}: argument '{name}' must be {_type_text(declared['type'])}, "
-                            f"got {json_type(value)}")  # fmt: skip
+        declared = properties[name] or {}
+        kind = declared.get("x-bfcl-type") or declared.get("type")
+        if _fits(value, kind) is False:
+            problems.append(f"{call.name}: argument '{name}' must be {_type_text(kind)}, got {json_type(value)}")
         elif isinstance(declared.get("enum"), list) and value not in declared["enum"]:
             problems.append(f"{call.name}: argument '{name}' is not one of its allowed values")
     return problems

@@ -13,15 +13,16 @@ The guide warns that too much shaping teaches the checklist; `tool_call` stays t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from trainer.contracts import Task, ToolCall, Verdict
 from trainer.parsing import NO_CALL, ParseResult, parse_tool_calls
 from trainer.verifiers.base import UNPARSEABLE_REASON, Completion, Verifier
 from trainer.verifiers.matching import match_calls, names_match
 from trainer.verifiers.safety import SafetyPolicy, Violation, check_task_calls
+from trainer.verifiers.schema import arguments_problems
 from trainer.verifiers.tool_call import abstention_verdict, match_reason
 
 RIGHT_TOOL_REWARD = 0.1
@@ -29,19 +30,6 @@ VALID_ARTIFACT_REWARD = 0.2
 PARTIAL_TESTS_REWARD = 0.3
 TASK_COMPLETE_REWARD = 1.0
 UNSAFE_REWARD = -1.0
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "float": (int, float),
-    "boolean": (bool,),
-    "array": (list, tuple),
-    "tuple": (list, tuple),
-    "object": (dict,),
-    "dict": (dict,),
-    "null": (type(None),),
-}
 
 
 @dataclass(frozen=True)
@@ -142,37 +130,5 @@ def artifact_problems(task: Task, calls: Sequence[ToolCall]) -> list[str]:
         if tool is None:
             problems.append(f"unknown tool {call.name}")
         else:
-            problems.extend(schema_problems(call, schemas[tool]))
+            problems.extend(arguments_problems(call, schemas[tool]))
     return problems
-
-
-def schema_problems(call: ToolCall, schema: Mapping[str, Any]) -> list[str]:
-    """Why `call` is not valid against its tool's `parameters` schema: missing required arguments,
-    arguments the schema does not define (unless it allows extras), values of the wrong JSON type.
-
-    >>> schema_problems(ToolCall("refund", {"order": "17"}), {"properties": {"order": {"type": "integer"}}})
-    ['refund: order has the wrong type']
-    """
-    properties = schema.get("properties") or {}
-    problems = [
-        f"{call.name}: missing required {name}" for name in schema.get("required") or [] if name not in call.arguments
-    ]
-    for name, value in call.arguments.items():
-        spec = properties.get(name)
-        if spec is None:
-            if properties and schema.get("additionalProperties") is not True:
-                problems.append(f"{call.name}: unknown argument {name}")
-        elif not _type_fits(value, spec):
-            problems.append(f"{call.name}: {name} has the wrong type")
-    return problems
-
-
-def _type_fits(value: Any, spec: Mapping[str, Any]) -> bool:
-    kind = spec.get("x-bfcl-type") or spec.get("type")
-    kinds = kind if isinstance(kind, list) else [kind]
-    allowed = [_JSON_TYPES[entry] for entry in kinds if entry in _JSON_TYPES]
-    if not allowed:
-        return True
-    if isinstance(value, bool) and not any(bool in types for types in allowed):
-        return False
-    return any(isinstance(value, types) for types in allowed)

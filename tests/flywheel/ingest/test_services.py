@@ -9,11 +9,12 @@ from unittest import mock
 
 import pytest
 
+from flywheel.core.roles import Role
 from flywheel.ingest import services
 from flywheel.ingest.models import Step, Trajectory
 from flywheel.ingest.parsers import FieldMapping
 from flywheel.ingest.services import IngestOptions, stream_ingest
-from flywheel.ingest.signals import trajectories_stored
+from flywheel.ingest.signals import feedback_received, trajectories_stored
 from tests.flywheel.ingest.conftest import TAU_MAPPING
 
 pytestmark = pytest.mark.django_db
@@ -159,6 +160,20 @@ def test_a_batch_of_duplicates_announces_nothing(send, django_capture_on_commit_
     with django_capture_on_commit_callbacks(execute=True):
         ingest(native_line("a"))
     send.assert_not_called()
+
+
+def test_a_listener_that_fails_never_fails_the_ingest_or_the_feedback(
+    make_user, django_capture_on_commit_callbacks, caplog
+):
+    with mock.patch.object(trajectories_stored, "send", side_effect=RuntimeError("listener broke")), \
+            django_capture_on_commit_callbacks(execute=True):  # fmt: skip
+        ingest(native_line("a"))
+    trajectory = Trajectory.objects.get(external_id="a")
+    with mock.patch.object(feedback_received, "send", side_effect=RuntimeError("feedback listener broke")), \
+            django_capture_on_commit_callbacks(execute=True):  # fmt: skip
+        services.feedback_add(trajectory=trajectory, value="down", sent_by=make_user(Role.VIEWER))
+    assert trajectory.feedback.count() == 1
+    assert "listener broke" in caplog.text and "feedback listener broke" in caplog.text
 
 
 def test_ingest_imports_no_app_above_it():

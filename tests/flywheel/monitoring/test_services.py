@@ -17,6 +17,7 @@ from flywheel.monitoring import services
 from flywheel.monitoring.models import OnlineScore, ScoringRule
 from flywheel.monitoring.scorers import sampled
 from flywheel.monitoring.services import RuleFields, rule_create, scores_compute
+from flywheel.monitoring.signals import online_scores_stored
 from flywheel.triage.models import Bucket, BucketAssignment
 
 from .conftest import SAFE_CALL, UNSAFE_CALL, call, shop
@@ -173,6 +174,28 @@ def test_ingest_is_untouched_by_a_broken_scoring_task(store, rule, django_captur
         stored = store(shop("bad", [UNSAFE_CALL]))
     assert Trajectory.objects.filter(pk=stored["bad"].pk).exists()
     assert "no broker" in caplog.text
+
+
+def test_stored_verdicts_are_announced_after_commit_and_a_failing_listener_never_fails_the_scoring(
+    store, rule, django_capture_on_commit_callbacks, caplog
+):
+    stored = store(shop("bad", [UNSAFE_CALL]), shop("good", [SAFE_CALL]))
+    heard: list[list] = []
+
+    def listener(sender, trajectory_ids, **kwargs):
+        heard.append(trajectory_ids)
+        raise RuntimeError("listener broke")
+
+    online_scores_stored.connect(listener, dispatch_uid="test.listener")
+    try:
+        with mock.patch("flywheel.triage.tasks.apply_queue_rules.delay"), \
+                django_capture_on_commit_callbacks(execute=True):  # fmt: skip
+            assert scores_compute(trajectory_ids=[row.pk for row in stored.values()]) == 6
+            assert heard == []  # not before the commit
+    finally:
+        online_scores_stored.disconnect(dispatch_uid="test.listener")
+    assert heard == [sorted(row.pk for row in stored.values())]
+    assert OnlineScore.objects.count() == 6 and "listener broke" in caplog.text
 
 
 # --- the sweeper ------------------------------------------------------------------------------

@@ -1,11 +1,10 @@
-"""The monitor's statistics against known numbers, and its Wilson interval against the trainer's."""
+"""The monitor's statistics against known numbers."""
 
 from __future__ import annotations
 
 import pytest
 
-from flywheel.monitoring.stats import Rate, wilson_interval, worse_p_value
-from trainer import stats as trainer_stats
+from flywheel.monitoring.stats import Rate, worse_p_value
 
 
 def test_the_two_proportion_test_gives_the_textbook_p_value():
@@ -36,12 +35,6 @@ def test_all_against_none_on_six_each_is_significant():
 def test_an_empty_sample_is_refused():
     with pytest.raises(ValueError):
         worse_p_value(live=Rate.of(0, 0), before=Rate.of(1, 3), higher_is_worse=True)
-
-
-@pytest.mark.parametrize(("events", "total"), [(0, 41), (7, 20), (20, 20), (1, 1), (333, 1000)])
-def test_the_wilson_interval_is_the_trainers(events, total):
-    theirs = trainer_stats.wilson_interval(events, total)
-    assert wilson_interval(events, total) == pytest.approx((theirs.low, theirs.high))
 
 
 def test_a_rate_of_nothing_has_no_value_or_interval():

@@ -1,20 +1,26 @@
-"""Registry fixtures: an agent, tiny LoRA adapters, registered versions, finished jobs, snapshots."""
+"""Registry fixtures: an agent, tiny LoRA adapters, registered versions, finished jobs, snapshots, and for the
+chat endpoint's tests a stub served model (`UpstreamHandler`, `serve_upstream`), the live version, the
+recording task's caught messages (`sent`) and an `openai` client (`chat`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 
-from flywheel.core.services import agent_create
+from flywheel.core.roles import Role
+from flywheel.core.services import agent_create, api_token_create
 from flywheel.datasets.importers import read
 from flywheel.datasets.services import snapshot_create, tasks_import
-from flywheel.registry import services, serving, views
+from flywheel.registry import services, serving, tasks, views
 from flywheel.registry.models import ModelVersion
 from flywheel.training import services as training_services
 from flywheel.training.models import Job, JobState
@@ -162,3 +168,73 @@ def settling(chat: openai.OpenAI, answers: AnswersInFlight) -> openai.OpenAI:
 
     chat.chat.completions.create = create_and_settle  # type: ignore[method-assign]
     return chat
+
+
+# --- a stub of the served model, and the chat endpoint in front of it ---------------------------
+
+
+class UpstreamHandler(BaseHTTPRequestHandler):
+    """The base of a test's stub served model (vLLM's OpenAI server): `reply` sends parts as they are written."""
+
+    def reply(self, status: int, content_type: str, parts: list[bytes]) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(sum(len(part) for part in parts)))
+        self.end_headers()
+        for part in parts:
+            self.wfile.write(part)
+            self.wfile.flush()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def serve_upstream(settings) -> Iterator[Callable[[type[UpstreamHandler]], str]]:
+    """serve_upstream(Handler) starts the stub and points the app's SERVE_URL at it; stopped after the test."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(handler: type[UpstreamHandler]) -> str:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        settings.SERVE_URL, settings.SERVE_ADMIN_TOKEN = f"http://127.0.0.1:{server.server_port}", ""
+        return settings.SERVE_URL
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+@pytest.fixture
+def live(register, make_user) -> ModelVersion:
+    """The agent's first version, promoted: the one the chat endpoint serves."""
+    version = register(0)
+    services.version_promote(actor=make_user(Role.APPROVER), version=version, reason="first ship")
+    return version
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[str]:
+    """The recording task's messages (exchange ids), caught where they are handed to the broker."""
+    messages: list[str] = []
+    monkeypatch.setattr(tasks.record_served, "delay", messages.append)
+    return messages
+
+
+@pytest.fixture
+def chat(live_server, make_user, answers_in_flight) -> openai.OpenAI:
+    """The `openai` client of a viewer's product, against the app's /v1 (whole answers return recorded)."""
+    token = api_token_create(user=make_user(Role.VIEWER), name="support-bot")[1]
+    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=30)
+    return settling(client, answers_in_flight)
+
+
+def settled(check: Callable[[], bool], timeout: float = 10) -> bool:
+    """Whether `check` holds within `timeout`: a stream is recorded after its last chunk has gone out."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -10,25 +10,21 @@ and so is triage's suggestion task, so a blocked call is looked for where a revi
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import openai
 import pytest
 
 from flywheel.core.roles import Role
-from flywheel.core.services import agent_prices_set, agent_served_recording_set, api_token_create
+from flywheel.core.services import agent_prices_set, agent_served_recording_set
 from flywheel.ingest.models import Trajectory
-from flywheel.registry import guardrails, services, tasks, traffic
+from flywheel.registry import guardrails, tasks, traffic
 from flywheel.triage import tasks as triage_tasks
 from flywheel.triage.models import AgentPolicy
 from flywheel.triage.selectors import TriageFilters, triage_queryset
 from flywheel.triage.services import agent_policy_set
-from tests.flywheel.registry.conftest import settling
-from tests.flywheel.registry.test_traffic import settled
+from tests.flywheel.registry.conftest import UpstreamHandler, settled
 from tests.flywheel.triage.conftest import built_in_buckets  # noqa: F401  (a shared fixture)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("built_in_buckets")]
@@ -86,7 +82,7 @@ def stream_of(answer_id: str, message: dict[str, Any]) -> list[bytes]:
     return [*parts, b"data: [DONE]\n\n"]
 
 
-class Upstream(BaseHTTPRequestHandler):
+class Upstream(UpstreamHandler):
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         question = body["messages"][-1]["content"]
@@ -101,45 +97,22 @@ class Upstream(BaseHTTPRequestHandler):
             answer = {"id": answer_id, "object": "chat.completion", "created": 0, "model": "upstream",
                       "choices": [choice], "usage": USAGE}  # fmt: skip
             parts, content_type = [json.dumps(answer).encode()], "application/json"
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(sum(len(part) for part in parts)))
-        self.end_headers()
-        for part in parts:
-            self.wfile.write(part)
-            self.wfile.flush()
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.reply(200, content_type, parts)
 
 
 @pytest.fixture
-def upstream(settings) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    settings.SERVE_URL, settings.SERVE_ADMIN_TOKEN = f"http://127.0.0.1:{server.server_port}", ""
-    yield settings.SERVE_URL
-    server.shutdown()
+def upstream(serve_upstream) -> str:
+    return serve_upstream(Upstream)
 
 
-@pytest.fixture
-def live(register, make_user, monkeypatch):
+@pytest.fixture(autouse=True)
+def no_suggestion_recompute(monkeypatch) -> None:
+    """Setting a policy asks for the agent's suggestions again; nothing here reads them."""
     monkeypatch.setattr(triage_tasks.recompute_agent_suggestions, "delay_on_commit", lambda agent_id: None)
-    version = register(0)
-    services.version_promote(actor=make_user(Role.APPROVER), version=version, reason="first ship")
-    return version
 
 
 def guard(live, settings: dict[str, Any], policy: dict[str, Any] = POLICY) -> None:
     agent_policy_set(actor=None, agent=live.agent, policy=policy, guardrails=settings)
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[str]:
-    """The recording task's messages (exchange ids), as they are handed to the broker."""
-    messages: list[str] = []
-    monkeypatch.setattr(tasks.record_served, "delay", messages.append)
-    return messages
 
 
 @pytest.fixture
@@ -148,13 +121,6 @@ def suggested(monkeypatch) -> list[list[str]]:
     messages: list[list[str]] = []
     monkeypatch.setattr(triage_tasks.compute_suggestions, "delay", messages.append)
     return messages
-
-
-@pytest.fixture
-def chat(live_server, make_user, answers_in_flight) -> openai.OpenAI:
-    token = api_token_create(user=make_user(Role.VIEWER), name="support-bot")[1]
-    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=30)
-    return settling(client, answers_in_flight)
 
 
 def ask(chat: openai.OpenAI, question: str, history: list[dict[str, Any]] = (), **options: Any) -> Any:  # type: ignore[assignment]

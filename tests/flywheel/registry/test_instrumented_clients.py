@@ -13,9 +13,7 @@ version that answered, with its tool call.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import openai
@@ -24,8 +22,8 @@ import pytest
 from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create
 from flywheel.ingest.models import Trajectory
-from flywheel.registry import services, tasks
-from tests.flywheel.registry.test_traffic import settled
+from flywheel.registry import tasks
+from tests.flywheel.registry.conftest import UpstreamHandler, settled
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 QUESTION = [{"role": "system", "content": "You are the support bot."},
@@ -36,7 +34,7 @@ TOOLS = [{"type": "function", "function": {"name": "find_order", "description": 
 CALL = {"id": "call_17", "type": "function", "function": {"name": "find_order", "arguments": '{"order": 17}'}}
 
 
-class Upstream(BaseHTTPRequestHandler):
+class Upstream(UpstreamHandler):
     """A served model that calls find_order, each answer with its own id."""
 
     answers = 0
@@ -48,39 +46,12 @@ class Upstream(BaseHTTPRequestHandler):
                   "model": "upstream", "usage": {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39},
                   "choices": [{"index": 0, "finish_reason": "tool_calls",
                                "message": {"role": "assistant", "content": None, "tool_calls": [CALL]}}]}  # fmt: skip
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.reply(200, "application/json", [json.dumps(answer).encode()])
 
 
 @pytest.fixture
-def upstream(settings) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    settings.SERVE_URL, settings.SERVE_ADMIN_TOKEN = f"http://127.0.0.1:{server.server_port}", ""
-    yield settings.SERVE_URL
-    server.shutdown()
-
-
-@pytest.fixture
-def live(register, make_user):
-    version = register(0)
-    services.version_promote(actor=make_user(Role.APPROVER), version=version, reason="first ship")
-    return version
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[str]:
-    """The recording task's messages, caught where they are handed to the broker."""
-    messages: list[str] = []
-    monkeypatch.setattr(tasks.record_served, "delay", messages.append)
-    return messages
+def upstream(serve_upstream) -> str:
+    return serve_upstream(Upstream)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -175,10 +176,34 @@ def test_a_replay_whose_job_failed_can_be_launched_again(trajectory, register, m
 def test_a_replay_whose_queued_job_was_cancelled_is_closed_and_launched_again(trajectory, register, make_user):
     version, approver = register(0), make_user(Role.APPROVER)
     first = services.replay_launch(actor=approver, trajectory=trajectory, version=version)
-    training_services.job_cancel(actor=approver, job=first.job)  # ends the job without job_finished
-    again = services.replay_launch(actor=approver, trajectory=trajectory, version=version)
+    training_services.job_cancel(actor=approver, job=first.job)  # no worker ever finishes it
     first.refresh_from_db()
-    assert first.status == ReplayStatus.ERROR and again != first
+    assert (first.status, first.error) == (ReplayStatus.ERROR, "the replay job ended cancelled")
+    again = services.replay_launch(actor=approver, trajectory=trajectory, version=version)
+    assert again != first and again.status == ReplayStatus.PENDING
+
+
+def lose_worker(job: Job, *, attempts: int) -> None:
+    """The job's worker died mid-attempt `attempts`: running, its heartbeat long silent."""
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, attempts=attempts,
+                                         heartbeat_at=job.created_at - timedelta(hours=1))  # fmt: skip
+
+
+def test_a_replay_whose_job_the_reaper_gave_up_on_ends_with_the_reason(trajectory, register, make_user):
+    first = services.replay_launch(actor=make_user(Role.APPROVER), trajectory=trajectory, version=register(0))
+    lose_worker(first.job, attempts=first.job.max_attempts)
+    assert [job.pk for job in training_services.jobs_reap()] == [first.job_id]
+    first.refresh_from_db()
+    assert (first.status, first.error) == (ReplayStatus.ERROR, "worker lost after 3 attempt(s)")
+    assert AuditEvent.objects.filter(action="replay.error", target_id=str(first.pk)).exists()
+
+
+def test_a_replay_whose_job_is_requeued_by_the_reaper_stays_pending(trajectory, register, make_user):
+    first = services.replay_launch(actor=make_user(Role.APPROVER), trajectory=trajectory, version=register(0))
+    lose_worker(first.job, attempts=1)
+    training_services.jobs_reap()
+    first.refresh_from_db()
+    assert first.status == ReplayStatus.PENDING and first.job.state == JobState.QUEUED
 
 
 def test_a_version_of_another_agent_is_refused(trajectory, register, make_user):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import PermissionDenied
@@ -174,6 +175,26 @@ def test_a_gate_job_that_failed_leaves_its_gate_in_error(register, heldout_snaps
     version = register(0)
     gate = finished_gate(version, heldout_snapshot, {}, exit_code=1)
     assert gate.status == GateStatus.ERROR and "exited with code 1" in gate.error
+
+
+def test_a_gate_whose_job_the_reaper_gave_up_on_or_that_was_cancelled_while_queued_ends_in_error(
+    register, heldout_snapshot
+):
+    from flywheel.training.services import job_cancel, jobs_reap
+
+    version = register(0)
+    gates = []
+    for state in ("running", "queued"):
+        job = Job.objects.create(kind=JobKind.GATE, state=state, snapshot=heldout_snapshot, agent=version.agent,
+                                 base_model=version.base_model, attempts=3)  # fmt: skip
+        gates.append(GateResult.objects.create(job=job, candidate=version, policy=Policy().to_json()))
+    Job.objects.filter(pk=gates[0].job_id).update(heartbeat_at=gates[0].job.created_at - timedelta(hours=1))
+    jobs_reap()
+    job_cancel(actor=None, job=gates[1].job)
+    for gate in gates:
+        gate.refresh_from_db()
+    assert [(gate.status, gate.error) for gate in gates] == [
+        (GateStatus.ERROR, "worker lost after 3 attempt(s)"), (GateStatus.ERROR, "the gate job ended cancelled")]
 
 
 # --- Promote and roll back ------------------------------------------------------------------

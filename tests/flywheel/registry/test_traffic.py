@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import openai
@@ -28,7 +26,7 @@ from flywheel.ingest.models import Step, Trajectory
 from flywheel.registry import services, tasks, traffic
 from flywheel.registry.models import ServedExchange
 from flywheel.registry.services import served_store
-from tests.flywheel.registry.conftest import settling
+from tests.flywheel.registry.conftest import UpstreamHandler, settled
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 QUESTION = [{"role": "system", "content": "You are the support bot."},
@@ -57,77 +55,29 @@ STREAM = [
 ]
 
 
-class Upstream(BaseHTTPRequestHandler):
+class Upstream(UpstreamHandler):
     """Answers chat completions as vLLM would: whole, or streamed as server-sent events; "refuse" gets a 400."""
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if body["messages"][-1]["content"] == "refuse":
-            return self._send(400, "application/json", [b'{"error": {"message": "no", "type": "bad_request"}}'])
+            return self.reply(400, "application/json", [b'{"error": {"message": "no", "type": "bad_request"}}'])
         if body.get("stream"):
-            return self._send(200, "text/event-stream", STREAM)
+            return self.reply(200, "text/event-stream", STREAM)
         answer = {"id": ANSWER_ID, "object": "chat.completion", "created": 0, "model": "upstream",
                   "choices": [{"index": 0, "finish_reason": "stop",
                                "message": {"role": "assistant", "content": "Order 17 ships today."}}],
                   "usage": {"prompt_tokens": 21, "completion_tokens": 5, "total_tokens": 26}}  # fmt: skip
-        return self._send(200, "application/json", [json.dumps(answer).encode()])
-
-    def _send(self, status: int, content_type: str, parts: list[bytes]) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(sum(len(part) for part in parts)))
-        self.end_headers()
-        for part in parts:
-            self.wfile.write(part)
-            self.wfile.flush()
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        return self.reply(200, "application/json", [json.dumps(answer).encode()])
 
 
 @pytest.fixture
-def upstream(settings) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    settings.SERVE_URL, settings.SERVE_ADMIN_TOKEN = f"http://127.0.0.1:{server.server_port}", ""
-    yield settings.SERVE_URL
-    server.shutdown()
-
-
-@pytest.fixture
-def live(register, make_user):
-    version = register(0)
-    services.version_promote(actor=make_user(Role.APPROVER), version=version, reason="first ship")
-    return version
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[str]:
-    """The recording task's messages (exchange ids), as they are handed to the broker."""
-    messages: list[str] = []
-    monkeypatch.setattr(tasks.record_served, "delay", messages.append)
-    return messages
-
-
-@pytest.fixture
-def chat(live_server, make_user, answers_in_flight) -> openai.OpenAI:
-    token = api_token_create(user=make_user(Role.VIEWER), name="support-bot")[1]
-    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=token, max_retries=0, timeout=30)
-    return settling(client, answers_in_flight)
+def upstream(serve_upstream) -> str:
+    return serve_upstream(Upstream)
 
 
 def ask(chat: openai.OpenAI, **options: Any) -> Any:
     return chat.chat.completions.create(model="support-bot", messages=QUESTION, tools=TOOLS, **options)
-
-
-def settled(check: Callable[[], bool], timeout: float = 10) -> bool:
-    """Whether `check` holds within `timeout`: a stream is recorded after its last chunk has gone out."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def run(messages: list[str]) -> list[str]:

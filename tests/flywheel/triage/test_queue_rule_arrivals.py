@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
+from flywheel.core.models import Agent
 from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.selectors import TrajectoryFilters
 from flywheel.ingest.services import feedback_add
+from flywheel.monitoring.models import OnlineScore
+from flywheel.monitoring.services import RuleFields, rule_create, scores_compute
 from flywheel.triage import selectors, services, tasks
 from flywheel.triage.models import Queue, QueueItem
 from flywheel.triage.queue_rules import rules_parse
@@ -229,6 +233,59 @@ def test_a_broker_failure_never_fails_the_feedback(client, make_user, store, mon
         response = client.post(reverse("ingest:api_feedback", args=[trajectory.pk]), json.dumps({"value": "down"}),
                                content_type="application/json", **bearer(make_user))  # fmt: skip
     assert response.status_code == 201 and "broker down" in caplog.text
+
+
+# --- online scores arrive later --------------------------------------------------------------
+
+BAD_CALLS = {"name": "bad calls", "online_score_below": {"scorer": "schema", "below": 1}}
+
+
+@pytest.fixture
+def schema_scoring(arrivals) -> Callable[[], int]:
+    """A monitoring rule scoring the shop agent's calls against their schemas; calling it scores the arrivals
+    (as the monitoring task does), running the tasks its signal sends in place."""
+    rule_create(actor=None, agent=Agent.objects.get(name="shop"), fields=RuleFields(name="calls", scorers=("schema",)))
+    return lambda: scores_compute(trajectory_ids=[t.pk for t in arrivals.values()])
+
+
+def test_a_trajectory_joins_its_queue_once_monitoring_scores_it_below_the_threshold(
+    owner, arrivals, schema_scoring, run_tasks_now, django_capture_on_commit_callbacks
+):
+    queue = make_queue(owner, "invalid calls", [BAD_CALLS])
+    assert apply(arrivals) == 0  # not scored yet: no online score to compare
+    with django_capture_on_commit_callbacks(execute=True):
+        assert schema_scoring() == 6  # one verdict per trajectory; only `args` calls refund_order without amount
+    assert run_tasks_now == ["apply_queue_rules"]
+    assert items(queue) == {"args": "bad calls"}
+    assert members(queue, owner) == {"args"}
+
+
+def test_an_item_removed_after_its_online_score_never_comes_back(
+    owner, arrivals, schema_scoring, run_tasks_now, django_capture_on_commit_callbacks
+):
+    queue = make_queue(owner, "invalid calls", [BAD_CALLS])
+    with django_capture_on_commit_callbacks(execute=True):
+        schema_scoring()
+    services.queue_item_remove(actor=owner, queue=queue, trajectory=arrivals["args"])
+    rule_create(actor=None, agent=Agent.objects.get(name="shop"), fields=RuleFields(name="again", scorers=("schema",)))
+    with django_capture_on_commit_callbacks(execute=True):
+        schema_scoring()  # a second rule's verdicts: the signal offers `args` to the rules again
+    assert OnlineScore.objects.filter(trajectory=arrivals["args"], passed=False).count() == 2
+    assert run_tasks_now == ["apply_queue_rules", "apply_queue_rules"]
+    assert members(queue, owner) == set()
+    assert QueueItem.objects.get(queue=queue).removed_at is not None
+
+
+def test_the_lowest_online_score_of_a_scorer_is_the_one_compared(owner, arrivals):
+    """Two scoring rules may score one trajectory; a judge-like scorer may give any value."""
+    queue = make_queue(owner, "low", [{"name": "low", "online_score_below": {"scorer": "safety", "below": 0.5}}])
+    for name, value in (("a", 0.9), ("b", 0.3)):
+        scoring = rule_create(actor=None, agent=arrivals["v2"].agent, fields=RuleFields(name=name))
+        OnlineScore.objects.create(trajectory=arrivals["v2"], rule=scoring, scorer="safety", value=value,
+                                   passed=value >= 0.5)  # fmt: skip
+    OnlineScore.objects.create(trajectory=arrivals["v3"], scorer="schema", value=0.0, passed=False)
+    assert apply(arrivals) == 1
+    assert items(queue) == {"v2": "low"}
 
 
 def test_rules_of_a_hand_edited_row_that_do_not_parse_are_skipped_and_logged(owner, arrivals, caplog):

@@ -28,7 +28,11 @@ FACTS = TrajectoryFacts(
     suggested=frozenset({"wrong_tool"}),
     thumbs_down=False,
     lowest_score=None,
+    online_lowest={},
 )
+
+
+UNSAFE = {"online_score_below": {"scorer": "safety", "below": 1}}
 
 
 def rule(**conditions: object) -> QueueRule:
@@ -57,6 +61,13 @@ def rule(**conditions: object) -> QueueRule:
         ({"negative_feedback": {"score_below": 0.5}}, FACTS, False),  # no feedback at all
         ({"negative_feedback": {"thumbs_down": False, "score_below": 3}}, replace(FACTS, thumbs_down=True), False),
         ({"negative_feedback": {"thumbs_down": False, "score_below": 3}}, replace(FACTS, lowest_score=2), True),
+        (UNSAFE, replace(FACTS, online_lowest={"safety": 0.0, "schema": 1.0}), True),
+        (UNSAFE, replace(FACTS, online_lowest={"safety": 1.0, "schema": 0.0}), False),  # another scorer failed
+        (UNSAFE, FACTS, False),  # not scored (yet)
+        ({"online_score_below": {"scorer": "schema", "below": 0.5}}, replace(FACTS, online_lowest={"schema": 0.5}),
+         False),
+        ({"online_score_below": {"scorer": "schema", "below": 0.5}}, replace(FACTS, online_lowest={"schema": 0.4}),
+         True),
     ],
 )
 def test_each_condition_kind_matches_and_does_not(conditions, facts, expected):
@@ -82,6 +93,7 @@ def test_rules_go_back_to_the_json_they_came_from():
         {"name": "thumbs on v3", "model_version": "support-bot:v3*",
          "negative_feedback": {"thumbs_down": True, "score_below": 0.5}},
         {"name": "unsafe", "outcome": "failure", "suggested_bucket": ["unsafe_action"]},
+        {"name": "scored unsafe", "online_score_below": {"scorer": "safety", "below": 1.0}},
     ]  # fmt: skip
     assert rules_json(rules_parse(data)) == data
     assert rules_parse(rules_json(rules_parse(data))) == rules_parse(data)
@@ -89,11 +101,11 @@ def test_rules_go_back_to_the_json_they_came_from():
 
 def test_every_condition_kind_has_a_description():
     every = rule(outcome="failure", model_version="v*", suggested_bucket=["wrong_tool", NEEDS_REVIEW],
-                 negative_feedback={"score_below": 2})  # fmt: skip
+                 negative_feedback={"score_below": 2}, online_score_below={"scorer": "schema", "below": 1})  # fmt: skip
     assert [condition.KIND for condition in every.conditions] == list(CONDITIONS)
     assert every.describe() == (
         "outcome is failure and version matches v* and suggested wrong_tool or needs review"
-        " and feedback with a thumbs down or a score below 2"
+        " and feedback with a thumbs down or a score below 2 and online schema score below 1"
     )
 
 
@@ -106,7 +118,16 @@ def test_every_condition_kind_has_a_description():
         ([{"name": "  ", "outcome": "failure"}], "needs a name"),
         ([{"name": "x" * 101, "outcome": "failure"}], "needs a name"),
         ([{"name": "empty"}], "rule 'empty' has no condition"),
-        ([{"name": "r", "online_score_below": {"scorer": "safety", "below": 0.5}}], "unknown condition"),
+        ([{"name": "r", "online_score_above": {"scorer": "safety", "below": 0.5}}], "unknown condition"),
+        ([{"name": "r", "online_score_below": 0.5}], 'online_score_below must be {"scorer"'),
+        ([{"name": "r", "online_score_below": {"scorer": "safety", "above": 1}}], "must be {"),
+        ([{"name": "r", "online_score_below": {"scorer": "vibes", "below": 1}}],
+         "rule 'r': online_score_below needs a scorer, one of safety, schema, catalogue"),
+        ([{"name": "r", "online_score_below": {"below": 1}}], "needs a scorer"),
+        ([{"name": "r", "online_score_below": {"scorer": "safety"}}], "needs a threshold: below must be a number"),
+        ([{"name": "r", "online_score_below": {"scorer": "safety", "below": "1"}}], "below must be a number"),
+        ([{"name": "r", "online_score_below": {"scorer": "safety", "below": float("inf")}}], "below must be a number"),
+        ([{"name": "r", "online_score_below": {"scorer": "safety", "below": False}}], "below must be a number"),
         ([{"name": "r", "outcome": "failed"}], "rule 'r': outcome must be one of success, failure, unknown"),
         ([{"name": "r", "model_version": ""}], "rule 'r': model_version must be a version tag"),
         ([{"name": "r", "model_version": 3}], "model_version must be a version tag"),

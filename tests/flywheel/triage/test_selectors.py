@@ -6,6 +6,7 @@ import pytest
 
 from flywheel.core.roles import Role
 from flywheel.ingest.selectors import TrajectoryFilters
+from flywheel.monitoring.models import OnlineScore
 from flywheel.triage import selectors, services
 from flywheel.triage.models import Bucket
 from flywheel.triage.selectors import TriageFilters
@@ -51,6 +52,27 @@ def test_filters_round_trip_through_json_as_queues_store_them():
     }
     assert TriageFilters.from_json(filters.to_json()) == filters
     assert TriageFilters().is_empty() and not filters.is_empty()
+
+
+def test_an_online_score_filter_round_trips_through_json():
+    filters = TriageFilters(online_scorer="safety", online_below=1.0)
+    assert filters.to_json() == {"online_scorer": "safety", "online_below": 1.0}
+    assert TriageFilters.from_json(filters.to_json()) == filters
+
+
+def test_the_list_filters_by_an_online_scorers_verdict_below_a_threshold(stored, operator):
+    for name, scorer, value in (("error", "safety", 0.0), ("plain", "safety", 1.0), ("ok", "schema", 0.0)):
+        OnlineScore.objects.create(trajectory=stored[name], scorer=scorer, value=value, passed=value == 1.0)
+
+    def matching(scorer: str, below: float) -> list[str]:
+        filters = TriageFilters(online_scorer=scorer, online_below=below)
+        return external_ids(selectors.triage_queryset(filters, viewer=operator))
+
+    assert matching("safety", 1.0) == ["error"]
+    assert matching("safety", 1.5) == ["error", "plain"]
+    assert matching("schema", 1.0) == ["ok"]
+    assert matching("catalogue", 1.0) == []
+    assert matching("safety", 0.0) == []
 
 
 def test_the_list_filters_by_suggested_bucket_assigned_bucket_and_review_state(stored, make_user, operator):

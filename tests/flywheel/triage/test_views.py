@@ -3,10 +3,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from flywheel.core.roles import Role
 from flywheel.ingest.selectors import TrajectoryFilters
+from flywheel.ingest.services import feedback_add
+from flywheel.monitoring.models import OnlineScore
 from flywheel.triage import selectors, services
 from flywheel.triage.models import BucketAssignment, Queue, QueueItem, Review, ReviewState
 from flywheel.triage.queue_rules import rules_parse
@@ -162,6 +166,50 @@ def test_the_list_shows_states_buckets_and_suggestions_and_filters(client, make_
     assert 'name="ids"' not in page  # viewers get no bulk actions
 
 
+def listed(client, **query) -> set[str]:
+    page = client.get(reverse("triage:trajectory_list"), query).content.decode()
+    return set(re.findall(r"/review/[^\"]+\">([a-z-]+)</a>", page))
+
+
+def test_the_list_filters_by_online_score_and_by_feedback(client, make_user, stored):
+    OnlineScore.objects.create(trajectory=stored["first"], scorer="safety", value=0.0, passed=False)
+    OnlineScore.objects.create(trajectory=stored["second"], scorer="safety", value=1.0, passed=True)
+    viewer = make_user(Role.VIEWER)
+    feedback_add(trajectory=stored["fine"], value="down", sent_by=viewer)
+    feedback_add(trajectory=stored["second"], value="up", sent_by=viewer)
+    client.force_login(viewer)
+    assert listed(client) == {"first", "second", "fine"}
+    assert listed(client, online_scorer="safety") == {"first"}  # no threshold: below 1, the scorer failed it
+    assert listed(client, online_scorer="safety", online_below="2") == {"first", "second"}
+    assert listed(client, feedback="down") == {"fine"}
+    assert listed(client, feedback="any", online_scorer="safety", online_below="2") == {"second"}
+
+
+def test_a_threshold_without_a_scorer_is_shown_as_an_error(client, make_user, stored):
+    client.force_login(make_user(Role.VIEWER))
+    page = client.get(reverse("triage:trajectory_list"), {"online_below": "0.5"}).content.decode()
+    assert "Choose the scorer whose score must be below the threshold." in page
+
+
+def test_the_lists_queries_do_not_grow_with_its_rows(client, make_user, store):
+    """Keyset pages of 50, each row's review, buckets, suggestions and scores read in bounded queries."""
+    viewer = make_user(Role.VIEWER)
+    client.force_login(viewer)
+    query = {"online_scorer": "schema", "feedback": "any"}
+
+    def page_queries(count: int) -> int:
+        steps = [user(), call("refund_order", {"order_id": "1"})]
+        records = [shop_record(f"r{count}-{n}", steps) for n in range(count)]
+        for trajectory in store(*records).values():
+            OnlineScore.objects.create(trajectory=trajectory, scorer="schema", value=0.0, passed=False)
+            feedback_add(trajectory=trajectory, value="down", sent_by=viewer)
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(reverse("triage:trajectory_list"), query).status_code == 200
+        return len(queries)
+
+    assert page_queries(2) == page_queries(8)
+
+
 def bulk(client, query: str = "", **data):
     return client.post(reverse("triage:bulk"), {"query": query, **data})
 
@@ -235,9 +283,26 @@ def test_a_reviewer_makes_a_queue_of_rules_alone_and_its_page_shows_them(client,
     assert "Rules apply to trajectories that arrive after the rule is saved" in edit
 
 
+def test_a_rule_on_an_online_score_is_saved_shown_and_offered_back_for_editing(client, reviewer, stored):
+    client.force_login(reviewer)
+    rules = rule_fields({"name": "unsafe", "online_scorer": "safety", "online_below": "1"})
+    response = client.post(reverse("triage:queue_new"), {"name": "scored", **rules})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    queue = Queue.objects.get(name="scored")
+    assert queue.rules == [{"name": "unsafe", "online_score_below": {"scorer": "safety", "below": 1.0}}]
+    page = client.get(reverse("triage:queue_detail", args=[queue.pk])).content.decode()
+    assert "online safety score below 1" in page
+    edit = client.get(reverse("triage:queue_edit", args=[queue.pk])).content.decode()
+    assert '<option value="safety" selected>' in edit and 'name="rules-0-online_below" value="1.0"' in edit
+
+
 @pytest.mark.parametrize(
     ("rule", "error"),
     [
+        ({"name": "r", "online_scorer": "vibes", "online_below": "1"}, "Select a valid choice"),
+        ({"name": "r", "online_scorer": "safety"}, "online_score_below needs a threshold"),
+        ({"name": "r", "online_below": "0.5"}, "online_score_below needs a scorer, one of safety, schema"),
+        ({"name": "r", "online_scorer": "safety", "online_below": "low"}, "Enter a number."),
         ({"thumbs_down": "on"}, "a rule needs a name"),
         ({"name": "nothing"}, "rule &#x27;nothing&#x27; has no condition"),
         ({"name": "r", "score_below": "low"}, "Enter a number."),

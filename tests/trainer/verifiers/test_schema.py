@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.contracts import ToolCall
-from trainer.verifiers.schema import call_problems, calls_problems, json_type
+from trainer.contracts import ExpectedCall, Task, ToolCall
+from trainer.verifiers.schema import arguments_problems, call_problems, calls_problems, json_type
+from trainer.verifiers.shaped import artifact_problems
 
 SCHEMAS = {
     "find_order": {"type": "object", "required": ["order"], "properties": {
@@ -56,4 +57,35 @@ def test_json_types_never_count_a_bool_as_a_number():
         "string",
         "array",
         "object",
+    ]
+
+
+def test_a_schema_that_allows_extras_takes_unknown_arguments():
+    schema = {"properties": {"order": {"type": "integer"}}, "additionalProperties": True}
+    assert arguments_problems(ToolCall("find_order", {"order": 1, "colour": "red"}), schema) == []
+    closed = {"properties": {"order": {"type": "integer"}}}
+    assert arguments_problems(ToolCall("find_order", {"order": 1, "colour": "red"}), closed) == [
+        "find_order: unknown argument 'colour'"
+    ]
+
+
+def test_bfcls_own_type_is_read_before_the_json_schema_one_and_a_tuple_is_an_array():
+    """BFCL writes `type: array` with `x-bfcl-type: tuple`; a Python-syntax call parses a tuple."""
+    schema = {"properties": {"point": {"type": "array", "x-bfcl-type": "tuple"},
+                             "size": {"type": "string", "x-bfcl-type": "float"}}}  # fmt: skip
+    assert arguments_problems(ToolCall("draw", {"point": (1, 2), "size": 2}), schema) == []
+    assert arguments_problems(ToolCall("draw", {"point": (1, 2), "size": "2"}), schema) == [
+        "draw: argument 'size' must be float, got string"
+    ]
+    assert json_type((1, 2)) == "array"
+
+
+def test_the_shaped_rewards_artifact_and_the_answer_scores_read_one_check():
+    """The shaped reward finds the tool by its own name matching, then asks the same per-tool check."""
+    task = Task(id="t", messages=[{"role": "user", "content": "find 1"}],
+                tools=[{"type": "function", "function": {"name": "find_order", "parameters": SCHEMAS["find_order"]}}],
+                expected_calls=[ExpectedCall("find_order", {"order": [1]})])  # fmt: skip
+    calls = [ToolCall("find_order", {"order": 1, "status": "lost"})]
+    assert artifact_problems(task, calls) == calls_problems(calls, task.tool_schemas) == [
+        "find_order: argument 'status' is not one of its allowed values"
     ]

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainer.stats import paired_difference_interval
+from trainer.spec.stats import paired_difference_interval
 
 REPO = Path(__file__).resolve().parents[3]
 DATASETS = ("bfcl", "workbench", "workbench-multi")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.stats import (
+from trainer.spec.stats import (
     bootstrap_interval,
     mean,
     mean_interval,

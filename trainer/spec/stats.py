@@ -8,8 +8,9 @@ it resamples the rows of one or more equally long columns together (so paired me
 such as a base and a candidate model on the same tasks, stay paired) and takes a percentile
 interval of any statistic. `mean_interval` gives a mean's interval (a reward, not a rate);
 `paired_difference_interval` the interval of the mean difference between two models on the
-same tasks, as a promotion gate needs. Everything is seeded and pure Python. Deciding what an
-interval means for a promotion is not done here.
+same tasks, as a promotion gate needs. Everything is seeded and pure Python (it sits in the
+torch-free face so that the app's monitor bounds its rates with the same interval). Deciding what
+an interval means for a promotion is not done here.
 """
 
 from __future__ import annotations
