@@ -78,7 +78,7 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
 
     credentials = json.loads(args.credentials.read_text())
-    client = Client()
+    client = Client(HTTP_HOST="127.0.0.1")  # a host the default ALLOWED_HOSTS admits (not "testserver")
     client.force_login(User.objects.get(username=credentials["reviewers"][0]))
     for name, path in pages(credentials):
         if args.only not in name:
