@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from trainer.contracts import ContractError, Task, openai_tool
 from trainer.parsing import parse_tool_calls
-from trainer.spec.config import SpecError
-from trainer.spec.tasks import SKIPPED_SHOWN, SkippedLine
+from trainer.spec.tasks import SkippedLine, read_jsonl
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -110,20 +108,8 @@ def read_pair_files(paths: Sequence[str], *, strict: bool) -> PairFiles:
 
     A missing file is a SpecError either way, and so are files that hold no usable pair.
     """
-    pairs: list[PreferencePair] = []
-    skipped: list[SkippedLine] = []
-    for path in paths:
-        for number, line in _lines(path):
-            try:
-                pairs.append(pair_from_line(line))
-            except ContractError as error:
-                if strict:
-                    raise SpecError(f"{path}:{number}: {error}") from None
-                skipped.append(SkippedLine(Path(path).name, number, str(error)))
-    if not pairs:
-        shown = "; ".join(str(line) for line in skipped[:SKIPPED_SHOWN])
-        raise SpecError(f"no usable preference pair in {', '.join(paths) or 'no pair file given'}"
-                        + (f" ({len(skipped)} bad line(s) skipped: {shown})" if skipped else ""))
+    pairs, skipped = read_jsonl(paths, pair_from_line, strict=strict, empty="no usable preference pair",
+                               file="preference pair file")
     return PairFiles(pairs, skipped)
 
 
@@ -135,11 +121,3 @@ def pair_from_line(line: str) -> PreferencePair:
     if not isinstance(data, dict):
         raise ContractError(f"a preference pair must be a JSON object, got {type(data).__name__}")
     return PreferencePair.from_json(data)
-
-
-def _lines(path: str) -> list[tuple[int, str]]:
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise SpecError(f"preference pair file not found: {path}") from None
-    return [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]

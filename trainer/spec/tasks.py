@@ -58,21 +58,31 @@ def read_task_files(paths: Sequence[str], *, strict: bool) -> TaskFiles:
 
     A missing file is a SpecError either way, and so are files that hold no usable task.
     """
-    tasks: list[Task] = []
+    tasks, skipped = read_jsonl(paths, task_from_line, strict=strict,
+                                empty="the task snapshot is empty: no usable task")  # fmt: skip
+    return TaskFiles(tasks, skipped)
+
+
+def read_jsonl(
+    paths: Sequence[str], parse: Callable[[str], ItemT], *, strict: bool, empty: str, file: str = "task file"
+) -> tuple[list[ItemT], list[SkippedLine]]:
+    """Each line of the files parsed; a line `parse` refuses (ContractError) is a SpecError when `strict`,
+    else skipped and listed. No usable line at all is a SpecError starting with `empty`."""
+    items: list[ItemT] = []
     skipped: list[SkippedLine] = []
     for path in paths:
-        for number, line in _lines(path):
+        for number, line in _lines(path, file):
             try:
-                tasks.append(task_from_line(line))
+                items.append(parse(line))
             except ContractError as error:
                 if strict:
                     raise SpecError(f"{path}:{number}: {error}") from None
                 skipped.append(SkippedLine(Path(path).name, number, str(error)))
-    if not tasks:
+    if not items:
         shown = "; ".join(str(line) for line in skipped[:SKIPPED_SHOWN])
-        raise SpecError(f"the task snapshot is empty: no usable task in {', '.join(paths) or 'no task file given'}"
+        raise SpecError(f"{empty} in {', '.join(paths) or 'no file given'}"
                         + (f" ({len(skipped)} bad line(s) skipped: {shown})" if skipped else ""))
-    return TaskFiles(tasks, skipped)
+    return items, skipped
 
 
 def load_tasks(paths: Sequence[str]) -> list[Task]:
@@ -80,11 +90,11 @@ def load_tasks(paths: Sequence[str]) -> list[Task]:
     return read_task_files(paths, strict=True).tasks
 
 
-def _lines(path: str) -> list[tuple[int, str]]:
+def _lines(path: str, file: str = "task file") -> list[tuple[int, str]]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise SpecError(f"task file not found: {path}") from None
+        raise SpecError(f"{file} not found: {path}") from None
     return [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
 
 
