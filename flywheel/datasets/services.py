@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +39,7 @@ from flywheel.datasets.pairs import pair_line, text_message, trl_message
 from flywheel.datasets.validation import task_problems
 from flywheel.ingest.models import Step, Trajectory
 from trainer.contracts import Task
+from trainer.spec.synthetic import normalised_prompt
 from trainer.spec.tasks import stratified_sample
 
 ERRORS_KEPT = 100
@@ -69,9 +69,9 @@ def leakage_text(task: Task, template: str = "") -> str:
 
 
 def prompt_leakage_text(messages: list[dict[str, Any]]) -> str:
-    """The normalised user turns of a conversation: what the leakage rule compares."""
-    prompt = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
-    return "prompt: " + " ".join(re.sub(r"[^\w\s]", " ", prompt.lower()).split())
+    """The normalised user turns of a conversation: what the leakage rule compares (and the synthetic
+    variants' near-duplicate check shingles)."""
+    return "prompt: " + normalised_prompt(messages)
 
 
 def _pair_clash(key: str, split: str) -> PreferencePair | None:
