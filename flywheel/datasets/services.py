@@ -1,5 +1,5 @@
 """Writes of the datasets app: tasks (with the leakage rule), imports, edits, split moves, preference pairs,
-snapshots of tasks and of pairs.
+snapshots of tasks and of pairs, batches of synthetic variants (generated, screened, accepted into train).
 
 The leakage rule: a task's leakage key (its normalised prompt, or its source's template where it
 has one) may sit in one split only. A task clashing with the other split is refused, naming the
@@ -24,6 +24,7 @@ from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.conversion import conversation_before, intervention_turns, turn_message
 from flywheel.datasets.importers import Candidate
 from flywheel.datasets.models import (
+    BatchState,
     PairSnapshotItem,
     PairSource,
     PreferencePair,
@@ -32,15 +33,30 @@ from flywheel.datasets.models import (
     SnapshotKind,
     SourceKind,
     Split,
+    SyntheticBatch,
+    SyntheticCandidate,
     TaskRevision,
     TaskSetSnapshot,
 )
 from flywheel.datasets.pairs import pair_line, text_message, trl_message
 from flywheel.datasets.validation import task_problems
 from flywheel.ingest.models import Step, Trajectory
-from trainer.contracts import Task
-from trainer.spec.synthetic import normalised_prompt
+from flywheel.triage.selectors import agent_policy_json
+from trainer.contracts import ContractError, Task
+from trainer.spec.synthetic import (
+    DEFAULT_THRESHOLD,
+    HELDOUT_THRESHOLD,
+    METHODS,
+    Options,
+    Screened,
+    counts,
+    generate,
+    normalised_prompt,
+    screen,
+)
 from trainer.spec.tasks import stratified_sample
+from trainer.verifiers import DEFAULT_VERIFIER, get_verifier, verifier_names
+from trainer.verifiers.safety import SafetyPolicy
 
 ERRORS_KEPT = 100
 
@@ -406,3 +422,163 @@ def snapshot_subset_create(
 def snapshot_mark_used(*, snapshot: TaskSetSnapshot) -> None:
     """Called when a job starts on the snapshot: from then on its held-out tasks stay held-out."""
     TaskSetSnapshot.objects.filter(pk=snapshot.pk, used_at__isnull=True).update(used_at=timezone.now())
+
+
+# --- synthetic batches ---------------------------------------------------------------------
+
+
+class BatchRefused(ValueError):
+    """The batch cannot be made or accepted as asked; the message says why."""
+
+
+REJECTED_AT_ACCEPT = "leakage_at_accept"
+"""The filter name of a variant the leakage rule refused when the batch was accepted (a held-out task
+with its prompt arrived after the batch was screened)."""
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How to generate a batch (see `trainer.spec.synthetic.Options`) and the verifier that screens it."""
+
+    methods: tuple[str, ...] = METHODS
+    per_method: int = 2
+    seed: int = 0
+    verifier: str = DEFAULT_VERIFIER
+    threshold: float = DEFAULT_THRESHOLD
+    heldout_threshold: float = HELDOUT_THRESHOLD
+
+    def options(self, catalogue: Iterable[dict[str, Any]] = ()) -> Options:
+        return Options(methods=self.methods, per_method=self.per_method, seed=self.seed, catalogue=tuple(catalogue),
+                       threshold=self.threshold, heldout_threshold=self.heldout_threshold)  # fmt: skip
+
+
+def _seed_rows(agent: Agent) -> list[RegressionTask]:
+    """The agent's train tasks that seed variants: not synthetic ones (no variants of variants)."""
+    return list(RegressionTask.objects.filter(agent=agent, split=Split.TRAIN)
+                .exclude(source_kind=SourceKind.SYNTHETIC).order_by("external_id"))  # fmt: skip
+
+
+@transaction.atomic
+def synthetic_batch_create(*, actor: Actor, agent: Agent, settings: BatchSettings) -> SyntheticBatch:
+    """Queue a batch of variants of the agent's train tasks; generated and screened by a task on `default`."""
+    from flywheel.datasets.tasks import generate_synthetic_batch
+
+    try:
+        settings.options()
+    except ValueError as exc:
+        raise BatchRefused(str(exc)) from exc
+    if settings.verifier not in verifier_names():
+        raise BatchRefused(f"unknown verifier {settings.verifier!r}; known: {', '.join(verifier_names())}")
+    if not _seed_rows(agent):
+        raise BatchRefused(f"{agent.name} has no train tasks to vary")
+    batch = SyntheticBatch(
+        agent=agent, methods=list(settings.methods), per_method=settings.per_method, seed=settings.seed,
+        verifier=settings.verifier, threshold=settings.threshold, heldout_threshold=settings.heldout_threshold,
+        created_by=actor_user(actor),
+    )  # fmt: skip
+    batch.full_clean()
+    batch.save()
+    audit_record(actor=actor, action="synthetic.create", target=batch, data={"methods": batch.methods})
+    generate_synthetic_batch.delay_on_commit(str(batch.pk))  # type: ignore[attr-defined]
+    return batch
+
+
+def _batch_settings(batch: SyntheticBatch) -> BatchSettings:
+    return BatchSettings(methods=tuple(batch.methods), per_method=batch.per_method, seed=batch.seed,
+                         verifier=batch.verifier, threshold=batch.threshold,
+                         heldout_threshold=batch.heldout_threshold)  # fmt: skip
+
+
+def _strict_problems(task: Task) -> list[str]:
+    # What `task_create` refuses for a task not imported from a file: the filter applies it up front.
+    return task_problems(task).refusals(strict=True)
+
+
+def _screened(batch: SyntheticBatch, seeds: list[RegressionTask]) -> list[Screened]:
+    settings = _batch_settings(batch)
+    seed_tasks = [Task.from_json(row.content) for row in seeds]
+    heldout = [
+        Task.from_json(content)
+        for content in RegressionTask.objects.filter(agent=batch.agent, split=Split.HELDOUT).values_list(
+            "content", flat=True
+        )
+    ]
+    train = [
+        Task.from_json(content)
+        for content in RegressionTask.objects.filter(agent=batch.agent, split=Split.TRAIN).values_list(
+            "content", flat=True
+        )
+    ]
+    policy = agent_policy_json(batch.agent_id)
+    verifier = get_verifier(batch.verifier, SafetyPolicy.from_json(policy) if policy is not None else None)
+    variants = generate(seed_tasks, settings.options(batch.agent.tools))
+    return screen(variants, verifier=verifier, train=train, heldout=heldout, threshold=batch.threshold,
+                  heldout_threshold=batch.heldout_threshold, extra_check=_strict_problems)  # fmt: skip
+
+
+def synthetic_batch_generate(*, batch_id: Any) -> SyntheticBatch | None:
+    """Generate and screen a queued batch's variants; a batch that is not queued (done, or gone) is left alone."""
+    with transaction.atomic():
+        batch = SyntheticBatch.objects.select_for_update().select_related("agent").filter(pk=batch_id).first()
+        if batch is None or batch.state != BatchState.QUEUED:
+            return batch
+        seeds = _seed_rows(batch.agent)
+        try:
+            screened = _screened(batch, seeds)
+        except (ContractError, ValueError, KeyError) as exc:
+            batch.state, batch.error = BatchState.FAILED, f"{type(exc).__name__}: {exc}"
+            batch.save(update_fields=["state", "error", "updated_at"])
+            return batch
+        by_id = {row.content["id"]: row for row in seeds}
+        SyntheticCandidate.objects.bulk_create(
+            SyntheticCandidate(batch=batch, position=position, seed_task=by_id.get(item.variant.seed_id),
+                               method=item.variant.method, change=item.variant.change,
+                               content=item.variant.task.to_json(),
+                               rejected_by=item.rejection.filter if item.rejection else "",
+                               reason=item.rejection.reason if item.rejection else "")
+            for position, item in enumerate(screened)
+        )  # fmt: skip
+        batch.report = {**counts(screened), **_environment_note(batch.agent)}
+        batch.state, batch.seed_count = BatchState.READY, len(seeds)
+        batch.save(update_fields=["report", "state", "seed_count", "updated_at"])
+        return batch
+
+
+def _environment_note(agent: Agent) -> dict[str, str]:
+    """Variants are not played in the agent's environment yet: the report says so where it has one."""
+    if not agent.environment:
+        return {}
+    return {"environment": f"not checked: variants are not run in {agent.environment}; only the verifier judged them"}
+
+
+@transaction.atomic
+def synthetic_batch_accept(*, actor: Actor, batch: SyntheticBatch) -> SyntheticBatch:
+    """Store every accepted variant of a ready batch as a train task, marked synthetic; raises BatchRefused.
+
+    Each goes through `task_create`, so the leakage rule still holds: a variant whose prompt is
+    held-out by now is refused and recorded as rejected at accept, the others are stored.
+    """
+    batch = SyntheticBatch.objects.select_for_update().select_related("agent").get(pk=batch.pk)
+    if batch.state != BatchState.READY:
+        raise BatchRefused(f"the batch is {batch.get_state_display().lower()}; only a batch ready for review "
+                           "can be accepted")  # fmt: skip
+    stored = refused = 0
+    for candidate in batch.candidates.filter(rejected_by="").select_related("seed_task").order_by("position"):
+        seed = candidate.seed_task
+        origin = TaskOrigin(source_kind=SourceKind.SYNTHETIC, category=seed.category if seed else "",
+                            source_ref=f"synthetic batch {batch.pk}, seed {seed.external_id if seed else '?'}, "
+                                       f"{candidate.method}")  # fmt: skip
+        try:
+            with transaction.atomic():
+                candidate.task = task_create(actor=actor, task=Task.from_json(candidate.content), split=Split.TRAIN,
+                                             agent=batch.agent, origin=origin)  # fmt: skip
+            stored += 1
+        except (TaskRefused, ContractError) as exc:
+            candidate.rejected_by, candidate.reason = REJECTED_AT_ACCEPT, str(exc)
+            refused += 1
+        candidate.save(update_fields=["task", "rejected_by", "reason"])
+    batch.state, batch.accepted_by, batch.accepted_at = BatchState.ACCEPTED, actor_user(actor), timezone.now()
+    batch.report = {**batch.report, "stored": stored, "refused_at_accept": refused}
+    batch.save(update_fields=["state", "accepted_by", "accepted_at", "report", "updated_at"])
+    audit_record(actor=actor, action="synthetic.accept", target=batch, data={"stored": stored, "refused": refused})
+    return batch

@@ -1,0 +1,190 @@
+"""Synthetic batches: generated and screened by the service (and by a real worker), previewed, accepted in bulk
+into train only, marked synthetic, under the leakage rule; the pages' permissions."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.urls import reverse
+
+from flywheel.core.roles import Role
+from flywheel.core.services import agent_create
+from flywheel.datasets.models import BatchState, RegressionTask, SourceKind, Split, SyntheticBatch
+from flywheel.datasets.services import (
+    REJECTED_AT_ACCEPT,
+    BatchRefused,
+    BatchSettings,
+    TaskOrigin,
+    synthetic_batch_accept,
+    synthetic_batch_create,
+    synthetic_batch_generate,
+    task_create,
+)
+from trainer.contracts import ExpectedCall, Task
+
+FACTORIAL = {"type": "function", "function": {"name": "math.factorial", "description": "Factorial of a number.",
+             "parameters": {"type": "object", "properties": {"number": {"type": "integer"}},
+                            "required": ["number"]}}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "weather.get",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+MANUAL = TaskOrigin(source_kind=SourceKind.MANUAL)
+
+
+def a_task(id_: str, request: str, tool: dict, arguments: dict) -> Task:
+    return Task(id=id_, messages=[{"role": "user", "content": request}], tools=[tool],
+                expected_calls=[ExpectedCall.exact(tool["function"]["name"], arguments)])  # fmt: skip
+
+
+@pytest.fixture
+def agent(db):
+    agent = agent_create(actor=None, name="calc")
+    seeds = [
+        a_task("fact", "Calculate the factorial of 5 using math functions.", FACTORIAL, {"number": 5}),
+        a_task("fact2", "Give me the factorial of 12.", FACTORIAL, {"number": 12}),
+        a_task("rain", "Will it rain in Paris tomorrow?", WEATHER, {"city": "Paris"}),
+        a_task("rain2", "Is it sunny in Berlin today?", WEATHER, {"city": "Berlin"}),
+    ]
+    for seed in seeds:
+        task_create(actor=None, task=seed, split=Split.TRAIN, agent=agent, origin=MANUAL)
+    # Close to what varying `fact` gives ("... factorial of 12 using math functions."), not the same text.
+    held = a_task("held", "Calculate the factorial of 12 using math functions, please!", FACTORIAL, {"number": 12})
+    task_create(actor=None, task=held, split=Split.HELDOUT, agent=agent, origin=MANUAL)
+    return agent
+
+
+def generated(agent, **settings) -> SyntheticBatch:
+    batch = synthetic_batch_create(actor=None, agent=agent, settings=BatchSettings(**settings))
+    return synthetic_batch_generate(batch_id=batch.pk)
+
+
+def test_a_batch_reports_generated_rejected_by_each_filter_and_accepted(agent):
+    batch = generated(agent)
+    report = batch.report
+    assert batch.state == BatchState.READY and batch.seed_count == 4
+    assert report["generated"] == batch.candidates.count() > 0
+    assert report["accepted"] == batch.candidates.filter(rejected_by="").count()
+    for name, total in report["rejected"].items():
+        assert batch.candidates.filter(rejected_by=name).count() == total
+    assert report["accepted"] + sum(report["rejected"].values()) == report["generated"]
+
+
+def test_a_variant_near_a_held_out_task_is_rejected_naming_it(agent):
+    batch = generated(agent, methods=("values",))
+    rejected = batch.candidates.get(content__messages__0__content="Calculate the factorial of 12 using math functions.")
+    assert rejected.rejected_by == "heldout_near_duplicate" and "held-out task held" in rejected.reason
+    assert rejected.seed_task.external_id == "fact" and rejected.change == "math.factorial.number: 5 → 12"
+
+
+def test_generating_twice_stores_the_candidates_once(agent):
+    batch = generated(agent)
+    again = synthetic_batch_generate(batch_id=batch.pk)
+    assert again.state == BatchState.READY and again.candidates.count() == batch.report["generated"]
+
+
+def test_accepting_stores_the_kept_variants_as_synthetic_train_tasks(agent):
+    batch = generated(agent)
+    kept = batch.report["accepted"]
+    batch = synthetic_batch_accept(actor=None, batch=batch)
+    tasks = RegressionTask.objects.filter(source_kind=SourceKind.SYNTHETIC)
+    assert batch.state == BatchState.ACCEPTED and batch.report["stored"] == tasks.count() == kept > 0
+    assert set(tasks.values_list("split", flat=True)) == {Split.TRAIN}
+    assert all(str(batch.pk) in task.source_ref and task.synthetic_candidate.batch_id == batch.pk for task in tasks)
+    with pytest.raises(BatchRefused, match="only a batch ready"):
+        synthetic_batch_accept(actor=None, batch=batch)
+    assert RegressionTask.objects.filter(source_kind=SourceKind.SYNTHETIC).count() == kept
+
+
+def test_a_variant_whose_prompt_became_held_out_is_refused_at_accept_and_the_rest_stored(agent):
+    batch = generated(agent)
+    candidate = batch.candidates.filter(rejected_by="", method="paraphrase").first()
+    late = Task.from_json({**candidate.content, "id": "late-held-out"})
+    task_create(actor=None, task=late, split=Split.HELDOUT, agent=agent, origin=MANUAL)
+    batch = synthetic_batch_accept(actor=None, batch=batch)
+    candidate.refresh_from_db()
+    assert candidate.rejected_by == REJECTED_AT_ACCEPT and "leaks into Held-out" in candidate.reason
+    assert candidate.task is None and batch.report["refused_at_accept"] == 1
+    assert batch.report["stored"] == batch.report["accepted"] - 1
+
+
+def test_synthetic_tasks_do_not_seed_the_next_batch(agent):
+    synthetic_batch_accept(actor=None, batch=generated(agent))
+    assert generated(agent, seed=1).seed_count == 4
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"methods": ("telepathy",)}, "unknown method"), ({"verifier": "vibes"}, "unknown verifier"),
+     ({"threshold": 1.5}, "thresholds")],
+)  # fmt: skip
+def test_bad_settings_are_refused_and_store_nothing(agent, settings, message):
+    with pytest.raises(BatchRefused, match=message):
+        synthetic_batch_create(actor=None, agent=agent, settings=BatchSettings(**settings))
+    assert not SyntheticBatch.objects.exists()
+
+
+def test_an_agent_without_train_tasks_has_nothing_to_vary(db):
+    with pytest.raises(BatchRefused, match="no train tasks"):
+        synthetic_batch_create(actor=None, agent=agent_create(actor=None, name="empty"), settings=BatchSettings())
+
+
+# --- pages ---------------------------------------------------------------------------------
+
+
+def test_a_reviewer_previews_and_accepts_a_batch(client, make_user, agent):
+    batch = generated(agent)
+    client.force_login(make_user(Role.REVIEWER, agents=[agent]))
+    page = client.get(reverse("datasets:synthetic_detail", args=[batch.pk])).content.decode()
+    assert "Calculate the factorial of 12 using math functions." in page  # rejected, shown under its filter
+    assert "heldout_near_duplicate" in page and "similarity" in page
+    assert f"Accept {batch.report['accepted']} variants into train" in page
+    response = client.post(reverse("datasets:synthetic_accept", args=[batch.pk]))
+    assert response.status_code == 302
+    assert RegressionTask.objects.filter(source_kind=SourceKind.SYNTHETIC).count() == batch.report["accepted"]
+    again = client.post(reverse("datasets:synthetic_accept", args=[batch.pk]))
+    assert again.status_code == 400 and "only a batch ready" in again.content.decode()
+
+
+def test_the_form_refuses_bad_input_with_the_reason(client, make_user, agent):
+    client.force_login(make_user(Role.REVIEWER, agents=[agent]))
+    response = client.post(reverse("datasets:synthetic_new"), {"agent": agent.pk, "per_method": 2, "seed": 0,
+                                                               "verifier": "tool_call", "threshold": 0.8,
+                                                               "heldout_threshold": 0.6})  # fmt: skip
+    assert response.status_code == 400 and "methods" in response.context["form"].errors
+    assert not SyntheticBatch.objects.exists()
+
+
+def test_a_viewer_may_not_accept_and_an_outsider_cannot_see_the_batch(client, make_user, agent):
+    batch = generated(agent)
+    client.force_login(make_user(Role.VIEWER, agents=[agent]))
+    assert client.post(reverse("datasets:synthetic_accept", args=[batch.pk])).status_code == 403
+    client.force_login(make_user(Role.REVIEWER, agents=[agent_create(actor=None, name="other")]))
+    assert client.get(reverse("datasets:synthetic_detail", args=[batch.pk])).status_code == 404
+    assert client.post(reverse("datasets:synthetic_accept", args=[batch.pk])).status_code == 404
+    assert str(batch.pk) not in client.get(reverse("datasets:synthetic_list")).content.decode()
+    batch.refresh_from_db()
+    assert batch.state == BatchState.READY
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_generates_the_batch_a_reviewer_asked_for(client, make_user, agent, celery_worker_process):
+    celery_worker_process("default")
+    client.force_login(make_user(Role.REVIEWER, agents=[agent]))
+    form = {"agent": agent.pk, "methods": ["values", "paraphrase"], "per_method": 2, "seed": 0,
+            "verifier": "tool_call", "threshold": 0.8, "heldout_threshold": 0.6}  # fmt: skip
+    response = client.post(reverse("datasets:synthetic_new"), form)
+    assert response.status_code == 302
+    batch = SyntheticBatch.objects.get()
+    deadline = time.monotonic() + 60
+    while SyntheticBatch.objects.get().state == BatchState.QUEUED and time.monotonic() < deadline:
+        time.sleep(0.3)
+    batch.refresh_from_db()
+    assert batch.state == BatchState.READY, batch.error
+    assert batch.report["generated"] == batch.candidates.count() > 0
