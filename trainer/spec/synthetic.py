@@ -17,6 +17,8 @@ they load a model) go through the same `screen`. Methods, each applied per seed 
 Only single-step tasks seed variants: an episode's start and end states would not follow a changed
 value. Filters (`screen`), in order, each rejecting with its name and a reason:
 
+0. `values_kept`: a rewritten request still writes every value its seed's request wrote (a model's
+   paraphrase that drops "5" no longer asks for the call with 5).
 1. `schema`: each expected call (its first accepted value per argument) fits its tool's schema
    (`trainer.verifiers.schema`, the one schema check), plus any check the caller adds.
 2. `verifier`: the verifier passes the expected call as the answer.
@@ -48,7 +50,7 @@ from trainer.verifiers.base import Verifier
 from trainer.verifiers.schema import call_problems
 
 METHODS = ("values", "boundary", "optional", "distractors", "paraphrase")
-FILTERS = ("schema", "verifier", "train_duplicate", "heldout_near_duplicate", "near_duplicate")
+FILTERS = ("values_kept", "schema", "verifier", "train_duplicate", "heldout_near_duplicate", "near_duplicate")
 DEFAULT_THRESHOLD = 0.8
 # Stricter against held-out tasks: a leak costs more than a lost variant. On BFCL simple_python no
 # train request reaches 0.6 to a held-out one but four (of 300); 99% stay under 0.63.
@@ -73,6 +75,8 @@ class Variant:
     seed_id: str
     method: str
     change: str
+    kept_values: tuple[str, ...] = ()
+    """Values (as written) the request must still contain: those of the seed's request a rewrite keeps."""
 
 
 @dataclass(frozen=True)
@@ -182,12 +186,13 @@ def generate(seeds: Sequence[Task], options: Options) -> list[Variant]:
         rng = random.Random(f"{options.seed}:{seed_task.id}")
         for method in options.methods:
             made = _METHODS[method](seed_task, rng, context)
-            variants += _numbered(made[: options.per_method], seed_task.id, method)
+            kept = written_values(seed_task) if method == "paraphrase" else ()
+            variants += _numbered(made[: options.per_method], seed_task.id, method, kept)
     return variants
 
 
-def _numbered(made: Sequence[Made], seed_id: str, method: str) -> list[Variant]:
-    return [Variant(replace(task, id=f"{seed_id}~{method}{number}"), seed_id, method, change)
+def _numbered(made: Sequence[Made], seed_id: str, method: str, kept: tuple[str, ...] = ()) -> list[Variant]:
+    return [Variant(replace(task, id=f"{seed_id}~{method}{number}"), seed_id, method, change, kept)
             for number, (task, change) in enumerate(made, start=1)]  # fmt: skip
 
 
@@ -265,6 +270,15 @@ def _substitutable(task: Task) -> list[tuple[int, str, Any]]:
     values = [render(value) for _, _, value in written if value is not None]
     return [(index, argument, value) for index, argument, value in written
             if value is not None and values.count(render(value)) == 1]  # fmt: skip
+
+
+def written_values(task: Task) -> tuple[str, ...]:
+    """The expected values the task's request writes verbatim (as written), which a rewrite must keep."""
+    request = _request_text(task)
+    found = (
+        _verbatim(request, alternatives) for call in task.expected_calls for alternatives in call.arguments.values()
+    )
+    return tuple(dict.fromkeys(render(value) for value in found if value is not None))
 
 
 def _verbatim(request: str, alternatives: Sequence[Any]) -> Any:
@@ -473,7 +487,9 @@ def screen(
     kept = _Seen()
     screened = []
     for variant in variants:
-        rejection = _first_rejection(variant.task, verifier, train_prints, held, heldout_threshold, extra_check)
+        rejection = _lost_values(variant) or _first_rejection(
+            variant.task, verifier, train_prints, held, heldout_threshold, extra_check
+        )
         if rejection is None:
             text = shingles(_similarity_text(variant.task))
             score, twin = kept.closest(text)
@@ -483,6 +499,14 @@ def screen(
                 kept.shingles.append((variant.task.id, text))
         screened.append(Screened(variant, rejection))
     return screened
+
+
+def _lost_values(variant: Variant) -> Rejection | None:
+    request = _request_text(variant.task)
+    lost = [value for value in variant.kept_values if not _pattern(value).search(request)]
+    if not lost:
+        return None
+    return Rejection("values_kept", f"the request no longer writes {', '.join(map(repr, lost))}")
 
 
 def _first_rejection(
