@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from django.db import connection, transaction
@@ -45,6 +47,7 @@ from flywheel.triage.selectors import agent_policy_json
 from trainer.contracts import ContractError, Task
 from trainer.spec.synthetic import (
     DEFAULT_THRESHOLD,
+    FILTERS,
     HELDOUT_THRESHOLD,
     METHODS,
     Options,
@@ -59,6 +62,7 @@ from trainer.verifiers import DEFAULT_VERIFIER, get_verifier, verifier_names
 from trainer.verifiers.safety import SafetyPolicy
 
 ERRORS_KEPT = 100
+logger = logging.getLogger(__name__)
 
 
 class TaskRefused(ValueError):
@@ -582,3 +586,72 @@ def synthetic_batch_accept(*, actor: Actor, batch: SyntheticBatch) -> SyntheticB
     batch.save(update_fields=["state", "accepted_by", "accepted_at", "report", "updated_at"])
     audit_record(actor=actor, action="synthetic.accept", target=batch, data={"stored": stored, "refused": refused})
     return batch
+
+
+SYNTH_KIND = "synth"
+MODEL_METHOD = "model_paraphrase"
+
+
+def _job_lines(job: Any) -> list[dict[str, Any]]:
+    path = Path(str((job.result or {}).get("files", {}).get("variants", "")))
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _imported_candidate(batch: SyntheticBatch, position: int, line: dict[str, Any],
+                        seeds: dict[str, RegressionTask]) -> SyntheticCandidate:  # fmt: skip
+    rejected_by, reason = str(line.get("rejected_by") or ""), str(line.get("reason") or "")
+    if not rejected_by and (problems := _strict_problems(Task.from_json(line["task"]))):
+        rejected_by, reason = "schema", "; ".join(problems)
+    return SyntheticCandidate(batch=batch, position=position, seed_task=seeds.get(str(line.get("seed_id"))),
+                              method=str(line.get("method") or MODEL_METHOD)[:16], change=str(line.get("change", "")),
+                              content=line["task"], rejected_by=rejected_by, reason=reason)  # fmt: skip
+
+
+def _report_of(candidates: list[SyntheticCandidate]) -> dict[str, Any]:
+    rejected = {name: 0 for name in FILTERS}
+    for candidate in candidates:
+        if candidate.rejected_by:
+            rejected[candidate.rejected_by] = rejected.get(candidate.rejected_by, 0) + 1
+    accepted = sum(not candidate.rejected_by for candidate in candidates)
+    return {"generated": len(candidates), "rejected": rejected, "accepted": accepted,
+            "accepted_by_method": {MODEL_METHOD: accepted}}  # fmt: skip
+
+
+@transaction.atomic
+def synthetic_batch_from_job(*, job: Any) -> SyntheticBatch | None:
+    """The batch of a succeeded synth job's screened variants, ready for review; the same batch when run twice.
+
+    The app's strict value check (`validation`) joins the job's filters here, as it does for template
+    batches. None for any other job, or a synth job that did not succeed.
+    """
+    if job.kind != SYNTH_KIND or job.state != "succeeded" or job.snapshot is None or job.agent_id is None:
+        return None
+    existing = SyntheticBatch.objects.filter(job_id=job.pk).first()
+    if existing is not None:
+        return existing
+    settings = job.hyperparameters or {}
+    batch = SyntheticBatch.objects.create(
+        agent_id=job.agent_id, methods=[MODEL_METHOD], per_method=int(settings.get("paraphrases", 2)),
+        seed=int(settings.get("seed", 0)), verifier=str(settings.get("verifier", DEFAULT_VERIFIER)),
+        threshold=float(settings.get("threshold", DEFAULT_THRESHOLD)),
+        heldout_threshold=float(settings.get("heldout_threshold", HELDOUT_THRESHOLD)),
+        created_by=job.launched_by, job_id=job.pk, state=BatchState.READY,
+        seed_count=job.snapshot.task_count,
+    )  # fmt: skip
+    seeds = {item.content.get("id"): item.task for item in job.snapshot.items.select_related("task")}
+    candidates = [_imported_candidate(batch, position, line, seeds) for position, line in enumerate(_job_lines(job))]
+    SyntheticCandidate.objects.bulk_create(candidates)
+    batch.report = _report_of(candidates)
+    batch.save(update_fields=["report", "updated_at"])
+    audit_record(actor=None, action="synthetic.from_job", target=batch, data={"job": str(job.pk)})
+    return batch
+
+
+def on_synth_job_finished(sender: object, job: Any, **kwargs: Any) -> None:
+    """`training.signals.job_finished` receiver: a succeeded synth job's variants become a batch; never fail the job."""
+    try:
+        with transaction.atomic():
+            synthetic_batch_from_job(job=job)
+    except (OSError, ValueError, KeyError, ContractError) as error:
+        logger.warning("datasets: synth job %s: %s", job.pk, error)
+        audit_record(actor=None, action="synthetic.job_failed", target=job, data={"error": str(error)[:1000]})

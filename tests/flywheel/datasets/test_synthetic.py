@@ -3,6 +3,7 @@ into train only, marked synthetic, under the leakage rule; the pages' permission
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -188,3 +189,58 @@ def test_a_worker_generates_the_batch_a_reviewer_asked_for(client, make_user, ag
     batch.refresh_from_db()
     assert batch.state == BatchState.READY, batch.error
     assert batch.report["generated"] == batch.candidates.count() > 0
+
+
+# --- a model's paraphrases: the synth job ---------------------------------------------------
+
+
+def synth_job(agent, tmp_path, lines: list[dict]):
+    from flywheel.datasets.services import snapshot_create
+    from flywheel.training.models import Job, JobKind, JobState
+
+    snapshot = snapshot_create(actor=None, name="calc train", split=Split.TRAIN, agent=agent)
+    path = tmp_path / "variants.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return Job.objects.create(kind=JobKind.SYNTH, state=JobState.SUCCEEDED, snapshot=snapshot, agent=agent,
+                              base_model="tiny", hyperparameters={"paraphrases": 2},
+                              result={"metrics": {}, "files": {"variants": str(path)}})  # fmt: skip
+
+
+def model_line(request: str, rejected_by: str = "", number: int = 5) -> dict:
+    task = a_task(f"fact~model_paraphrase{number}", request, FACTORIAL, {"number": number})
+    return {"task": task.to_json(), "seed_id": "fact", "method": "model_paraphrase", "change": "request: …",
+            "rejected_by": rejected_by, "reason": "the job said so" if rejected_by else ""}  # fmt: skip
+
+
+def test_a_finished_synth_jobs_variants_become_a_batch_once(agent, tmp_path):
+    from flywheel.training.signals import job_finished
+
+    lines = [model_line("Work out 5 factorial for me."), model_line("Compute five factorial.", "values_kept"),
+             model_line("Work out a factorial: 5.", number=-1)]  # fmt: skip
+    lines[2]["task"]["tools"][0]["function"]["parameters"]["properties"]["number"]["minimum"] = 0
+    job = synth_job(agent, tmp_path, lines)
+    job_finished.send(sender=None, job=job)
+    job_finished.send(sender=None, job=job)
+    batch = SyntheticBatch.objects.get(job_id=job.pk)
+    assert batch.state == BatchState.READY and batch.methods == ["model_paraphrase"] and batch.seed_count == 4
+    assert [c.rejected_by for c in batch.candidates.order_by("position")] == ["", "values_kept", "schema"]
+    assert batch.report["accepted"] == 1 and batch.report["rejected"]["values_kept"] == 1
+    assert batch.candidates.first().seed_task.external_id == "fact"
+    synthetic_batch_accept(actor=None, batch=batch)
+    assert RegressionTask.objects.get(source_kind=SourceKind.SYNTHETIC).content["messages"][0]["content"] == (
+        "Work out 5 factorial for me."
+    )
+
+
+def test_a_synth_job_varies_a_train_snapshot_only(agent, make_user):
+    from flywheel.datasets.services import snapshot_create
+    from flywheel.training.services import LaunchRefused, job_launch
+
+    trainer = make_user(Role.TRAINER, agents=[agent])
+    heldout = snapshot_create(actor=None, name="calc held-out", split=Split.HELDOUT, agent=agent)
+    with pytest.raises(LaunchRefused, match="varies train tasks"):
+        job_launch(actor=trainer, kind="synth", snapshot=heldout, base_model="tiny", agent=agent)
+    train = snapshot_create(actor=None, name="calc train", split=Split.TRAIN, agent=agent)
+    job = job_launch(actor=trainer, kind="synth", snapshot=train, heldout_snapshot=heldout, base_model="tiny",
+                     agent=agent, hyperparameters={"paraphrases": 2})  # fmt: skip
+    assert job.kind == "synth" and job.heldout_snapshot == heldout
