@@ -63,7 +63,7 @@ def main() -> None:
     print("\nan example of each filter's rejections:")
     for name in FILTERS:
         example = next((item for item in screened if item.rejection and item.rejection.filter == name), None)
-        if example is not None:
+        if example is not None and example.rejection is not None:
             print(f"  {name}: {example.variant.task.id} ({example.variant.change[:80]}): {example.rejection.reason}")
     if args.out:
         write_tasks(args.out, [item.variant.task for item in screened if item.accepted])
