@@ -23,6 +23,7 @@ from flywheel.datasets.services import (
     task_create,
 )
 from trainer.contracts import ExpectedCall, Task
+from trainer.spec.synthetic import FILTERS
 
 FACTORIAL = {"type": "function", "function": {"name": "math.factorial", "description": "Factorial of a number.",
              "parameters": {"type": "object", "properties": {"number": {"type": "integer"}},
@@ -244,3 +245,29 @@ def test_a_synth_job_varies_a_train_snapshot_only(agent, make_user):
     job = job_launch(actor=trainer, kind="synth", snapshot=train, heldout_snapshot=heldout, base_model="tiny",
                      agent=agent, hyperparameters={"paraphrases": 2})  # fmt: skip
     assert job.kind == "synth" and job.heldout_snapshot == heldout
+
+
+def test_the_preview_reads_in_a_number_of_queries_that_does_not_grow_with_its_variants(client, make_user, agent):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(make_user(Role.REVIEWER, agents=[agent]))
+    small = generated(agent, methods=("paraphrase",), per_method=1)
+    for number in range(30):
+        more = a_task(
+            f"sq{number}",
+            f"Homework set {number}: the factorial of {number + 100}.",
+            FACTORIAL,
+            {"number": number + 100},
+        )
+        task_create(actor=None, task=more, split=Split.TRAIN, agent=agent, origin=MANUAL)
+    big = generated(agent, seed=1)
+    counts = []
+    for batch in (small, big):
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get(reverse("datasets:synthetic_detail", args=[batch.pk]))
+        assert page.status_code == 200
+        counts.append(len(queries))
+    assert big.report["generated"] > 10 * small.report["generated"]
+    # A query per filter group at most, never one per variant.
+    assert counts[1] <= counts[0] + len(FILTERS), counts
