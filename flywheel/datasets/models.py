@@ -243,6 +243,8 @@ class SyntheticBatch(UUIDModel, TimestampedModel):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     accepted_at = models.DateTimeField(null=True, blank=True)
+    # The outbox mark: when the generate task's message was handed to the broker (None: not yet).
+    dispatched_at = models.DateTimeField(null=True, blank=True)
     # A model's paraphrases arrive from a `synth` job (training app, which this app does not import).
     job_id = models.UUIDField(null=True, blank=True, unique=True, help_text="The synth job whose variants these are.")
 

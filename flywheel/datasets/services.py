@@ -15,14 +15,16 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from flywheel.core.models import Agent
-from flywheel.core.services import Actor, actor_user, audit_record
+from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, outbox_send
 from flywheel.datasets.conversion import conversation_before, intervention_turns, turn_message
 from flywheel.datasets.importers import Candidate
 from flywheel.datasets.models import (
@@ -465,8 +467,6 @@ def _seed_rows(agent: Agent) -> list[RegressionTask]:
 @transaction.atomic
 def synthetic_batch_create(*, actor: Actor, agent: Agent, settings: BatchSettings) -> SyntheticBatch:
     """Queue a batch of variants of the agent's train tasks; generated and screened by a task on `default`."""
-    from flywheel.datasets.tasks import generate_synthetic_batch
-
     try:
         settings.options()
     except ValueError as exc:
@@ -483,8 +483,24 @@ def synthetic_batch_create(*, actor: Actor, agent: Agent, settings: BatchSetting
     batch.full_clean()
     batch.save()
     audit_record(actor=actor, action="synthetic.create", target=batch, data={"methods": batch.methods})
-    generate_synthetic_batch.delay_on_commit(str(batch.pk))  # type: ignore[attr-defined]
+    transaction.on_commit(lambda: synthetic_batch_dispatch(batch_id=batch.pk), robust=True)
     return batch
+
+
+def synthetic_batch_dispatch(*, batch_id: Any) -> bool:
+    """Hand the batch's generate message to the broker and mark it dispatched; False (logged) when refused."""
+    from flywheel.datasets.tasks import generate_synthetic_batch
+
+    return outbox_send(send=generate_synthetic_batch.delay, model=SyntheticBatch, row_id=batch_id)
+
+
+def synthetic_batches_sweep(*, resend_after: timedelta | None = None, grace: timedelta | None = None) -> list[Any]:
+    """Re-send queued batches whose message may be lost (never sent, or sent long ago and still queued); the ids
+    sent. A duplicate message is harmless: generation locks the batch and skips one that is no longer queued."""
+    due = outbox_due(since="created_at", resend_after=resend_after, grace=grace)
+    waiting = SyntheticBatch.objects.filter(due, state=BatchState.QUEUED).order_by("created_at")
+    ids = list(waiting.values_list("pk", flat=True)[: django_settings.DISPATCH_SWEEP_LIMIT])
+    return [pk for pk in ids if synthetic_batch_dispatch(batch_id=pk)]
 
 
 def _batch_settings(batch: SyntheticBatch) -> BatchSettings:

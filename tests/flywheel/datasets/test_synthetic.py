@@ -271,3 +271,20 @@ def test_the_preview_reads_in_a_number_of_queries_that_does_not_grow_with_its_va
     assert big.report["generated"] > 10 * small.report["generated"]
     # A query per filter group at most, never one per variant.
     assert counts[1] <= counts[0] + len(FILTERS), counts
+
+
+def test_the_sweeper_resends_a_queued_batch_whose_message_was_lost_and_nothing_else(agent, monkeypatch):
+    from datetime import timedelta
+
+    from flywheel.datasets import tasks
+    from flywheel.datasets.services import synthetic_batches_sweep
+
+    sent: list[str] = []
+    monkeypatch.setattr(tasks.generate_synthetic_batch, "delay", sent.append)
+    lost = synthetic_batch_create(actor=None, agent=agent, settings=BatchSettings())  # on_commit never ran
+    done = generated(agent, seed=1)
+    assert synthetic_batches_sweep(grace=timedelta(seconds=1)) == []  # too fresh: its message may be on its way
+    assert synthetic_batches_sweep(grace=timedelta(0)) == [lost.pk] and sent == [str(lost.pk)]
+    lost.refresh_from_db()
+    assert lost.dispatched_at is not None and done.pk not in synthetic_batches_sweep(grace=timedelta(0))
+    assert synthetic_batches_sweep(grace=timedelta(0)) == []  # sent: not again until the resend delay
