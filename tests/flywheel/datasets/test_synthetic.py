@@ -247,6 +247,16 @@ def test_a_synth_job_varies_a_train_snapshot_only(agent, make_user):
     assert job.kind == "synth" and job.heldout_snapshot == heldout
 
 
+def test_the_launch_forms_synth_defaults_are_a_valid_synth_config():
+    from flywheel.training.forms import DEFAULT_HYPERPARAMETERS
+    from flywheel.training.models import JobKind
+    from trainer.spec.config import config_from_json
+    from trainer.spec.synth import SynthConfig
+
+    config = config_from_json(SynthConfig, DEFAULT_HYPERPARAMETERS[JobKind.SYNTH], "synth hyperparameters")
+    assert config.heldout_threshold == 0.6 and config.paraphrases == 2
+
+
 def test_the_preview_reads_in_a_number_of_queries_that_does_not_grow_with_its_variants(client, make_user, agent):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
