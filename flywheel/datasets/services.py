@@ -514,21 +514,15 @@ def _strict_problems(task: Task) -> list[str]:
     return task_problems(task).refusals(strict=True)
 
 
+def _agent_tasks(agent: Agent, split: str) -> list[Task]:
+    contents = RegressionTask.objects.filter(agent=agent, split=split).values_list("content", flat=True)
+    return [Task.from_json(content) for content in contents]
+
+
 def _screened(batch: SyntheticBatch, seeds: list[RegressionTask]) -> list[Screened]:
     settings = _batch_settings(batch)
     seed_tasks = [Task.from_json(row.content) for row in seeds]
-    heldout = [
-        Task.from_json(content)
-        for content in RegressionTask.objects.filter(agent=batch.agent, split=Split.HELDOUT).values_list(
-            "content", flat=True
-        )
-    ]
-    train = [
-        Task.from_json(content)
-        for content in RegressionTask.objects.filter(agent=batch.agent, split=Split.TRAIN).values_list(
-            "content", flat=True
-        )
-    ]
+    heldout, train = _agent_tasks(batch.agent, Split.HELDOUT), _agent_tasks(batch.agent, Split.TRAIN)
     policy = agent_policy_json(batch.agent_id)
     verifier = get_verifier(batch.verifier, SafetyPolicy.from_json(policy) if policy is not None else None)
     variants = generate(seed_tasks, settings.options(batch.agent.tools))
