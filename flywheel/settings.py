@@ -301,8 +301,8 @@ TRAINER_VLLM_COMMAND = env_list(
 # points (`package.module:factory`) and MCP servers (`mcp:<command>`). An operator's list: naming
 # one runs its code on the workers, so a launch form must never accept an arbitrary one.
 TRAINER_ENVIRONMENTS = env_list("TRAINER_ENVIRONMENTS", [])
-# The outbox sweepers (uploads, served answers; jobs ride on the reaper): re-send a queued row never sent after
-# DISPATCH_GRACE_SECONDS, or sent DISPATCH_RESEND_SECONDS ago and never claimed.
+# The outbox sweepers (uploads, served answers, synthetic batches; jobs ride on the reaper): re-send a
+# queued row never sent after DISPATCH_GRACE_SECONDS, or sent DISPATCH_RESEND_SECONDS ago and never claimed.
 DISPATCH_SWEEP_EVERY_SECONDS = env_int("DISPATCH_SWEEP_EVERY_SECONDS", 30, minimum=1)
 DISPATCH_GRACE_SECONDS = 10
 DISPATCH_RESEND_SECONDS = env_int("DISPATCH_RESEND_SECONDS", 600, minimum=10)
@@ -325,6 +325,10 @@ CELERY_BEAT_SCHEDULE = {
     "reap-jobs": {"task": "flywheel.training.reaper.reap_jobs", "schedule": float(JOB_REAP_EVERY_SECONDS)},
     "sweep-uploads": {
         "task": "flywheel.ingest.tasks.sweep_uploads",
+        "schedule": float(DISPATCH_SWEEP_EVERY_SECONDS),
+    },
+    "sweep-synthetic": {
+        "task": "flywheel.datasets.tasks.sweep_synthetic_batches",
         "schedule": float(DISPATCH_SWEEP_EVERY_SECONDS),
     },
     "sweep-served": {

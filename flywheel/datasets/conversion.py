@@ -269,8 +269,9 @@ def episode_draft(*, trajectory: Trajectory, draft: TaskDraft, start: int | None
         messages=_messages([step for step in steps if step.index <= start_index]),
         tools=draft.tools,
         expected=expected,
-        episode=EpisodeSetup(environment=trajectory.agent.environment or Environment.REPLAY.value,
-                             start_state={"recorded": recorded}),
+        episode=EpisodeSetup(
+            environment=trajectory.agent.environment or Environment.REPLAY.value, start_state={"recorded": recorded}
+        ),
     )
 
 

@@ -15,6 +15,8 @@ from flywheel.core.models import Agent
 from flywheel.datasets.models import Environment, PairSource, SourceKind, Split
 from flywheel.datasets.selectors import PairFilters, TaskFilters
 from trainer.contracts import ContractError, EpisodeSetup, Task
+from trainer.spec.synthetic import DEFAULT_THRESHOLD, HELDOUT_THRESHOLD, METHODS
+from trainer.verifiers import DEFAULT_VERIFIER, verifier_names
 
 
 def _choices(options: Any) -> list[tuple[str, str]]:
@@ -151,3 +153,23 @@ class PairSnapshotForm(forms.Form):
     name = forms.CharField(max_length=200)
     split = forms.ChoiceField(choices=Split.choices, initial=Split.TRAIN)
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"))
+
+
+class SyntheticBatchForm(forms.Form):
+    """Generate variants of one agent's train tasks, screened by the verifier and the near-duplicate checks."""
+
+    agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"))
+    methods = forms.MultipleChoiceField(
+        choices=[(method, method) for method in METHODS], initial=list(METHODS), widget=forms.CheckboxSelectMultiple
+    )
+    per_method = forms.IntegerField(initial=2, min_value=1, max_value=10, label="Most per method and seed")
+    seed = forms.IntegerField(initial=0, min_value=0)
+    verifier = forms.ChoiceField(choices=[(name, name) for name in verifier_names()], initial=DEFAULT_VERIFIER)
+    threshold = forms.FloatField(
+        initial=DEFAULT_THRESHOLD, min_value=0.05, max_value=1.0,
+        help_text="Similarity at which two variants are near-duplicates.",
+    )  # fmt: skip
+    heldout_threshold = forms.FloatField(
+        initial=HELDOUT_THRESHOLD, min_value=0.05, max_value=1.0,
+        help_text="Similarity to a held-out task at which a variant is dropped.",
+    )  # fmt: skip

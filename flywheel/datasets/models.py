@@ -1,4 +1,5 @@
-"""Regression tasks and preference pairs in train and held-out splits, task revisions, and immutable snapshots."""
+"""Regression tasks and preference pairs in train and held-out splits, task revisions, immutable snapshots, and
+batches of synthetic task variants awaiting a reviewer."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class SourceKind(models.TextChoices):
     FILE = "file", "An imported file"
     TEMPLATE = "template", "A template"
     MANUAL = "manual", "Written by hand"
+    SYNTHETIC = "synthetic", "A synthetic variant of a train task"
 
 
 class RegressionTask(UUIDModel, TimestampedModel):
@@ -207,3 +209,75 @@ class PairSnapshotItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.snapshot_id}:{self.position}"
+
+
+class BatchState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    READY = "ready", "Ready for review"
+    ACCEPTED = "accepted", "Accepted"
+    FAILED = "failed", "Failed"
+
+
+class SyntheticBatch(UUIDModel, TimestampedModel):
+    """Variants generated from an agent's train tasks and screened by the filters of `trainer.spec.synthetic`.
+
+    `report` is the per-batch count: generated, rejected by each filter, accepted (and, once a
+    reviewer accepts the batch, how many became train tasks and how many the leakage rule refused).
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="synthetic_batches")
+    methods = models.JSONField(help_text="The generation methods (trainer.spec.synthetic.METHODS).")
+    per_method = models.PositiveIntegerField(default=2)
+    seed = models.PositiveIntegerField(default=0)
+    verifier = models.CharField(max_length=50, default="tool_call")
+    threshold = models.FloatField(help_text="Similarity at which two variants are near-duplicates.")
+    heldout_threshold = models.FloatField(help_text="Similarity at which a variant is close to a held-out task.")
+    state = models.CharField(max_length=16, choices=BatchState.choices, default=BatchState.QUEUED, db_index=True)
+    seed_count = models.PositiveIntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    # The outbox mark: when the generate task's message was handed to the broker (None: not yet).
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    # A model's paraphrases arrive from a `synth` job (training app, which this app does not import).
+    job_id = models.UUIDField(null=True, blank=True, unique=True, help_text="The synth job whose variants these are.")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"synthetic batch {str(self.pk)[:8]}"
+
+
+class SyntheticCandidate(models.Model):
+    """One generated variant: its task, the seed it came from, what changed, and the filter that rejected it."""
+
+    batch = models.ForeignKey(SyntheticBatch, on_delete=models.CASCADE, related_name="candidates")
+    position = models.PositiveIntegerField()
+    seed_task = models.ForeignKey(RegressionTask, null=True, on_delete=models.SET_NULL, related_name="+")
+    method = models.CharField(max_length=16)
+    change = models.TextField(help_text="What the variant changed of its seed, in words.")
+    content = models.JSONField(help_text="The variant as trainer.contracts.Task JSON.")
+    rejected_by = models.CharField(max_length=32, blank=True, db_index=True, help_text="Empty: accepted.")
+    reason = models.TextField(blank=True)
+    task = models.OneToOneField(
+        RegressionTask, null=True, blank=True, on_delete=models.SET_NULL, related_name="synthetic_candidate"
+    )
+
+    class Meta:
+        ordering = ["batch", "position"]
+        constraints = [models.UniqueConstraint(fields=["batch", "position"], name="synthetic_candidate_position")]
+
+    def __str__(self) -> str:
+        return f"{self.batch_id}:{self.position}"
+
+    @property
+    def request(self) -> str:
+        users = [m.get("content") for m in self.content.get("messages", []) if m.get("role") == "user"]
+        return str(users[-1]) if users else ""

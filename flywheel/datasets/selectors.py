@@ -1,4 +1,5 @@
-"""Reads of the datasets app: filtered task lists, a split's breakdown, a task's episode, snapshots.
+"""Reads of the datasets app: filtered task lists, a split's breakdown, a task's episode, snapshots,
+synthetic batches and their preview.
 
 Every read takes the viewer and keeps to the agents they may see; tasks and snapshots of no
 agent are for all-agents users (`flywheel.core.selectors`).
@@ -15,7 +16,15 @@ from django.contrib.auth.models import User
 from django.db.models import Count, QuerySet
 
 from flywheel.core.selectors import agents_filter
-from flywheel.datasets.models import Environment, PreferencePair, RegressionTask, TaskRevision, TaskSetSnapshot
+from flywheel.datasets.models import (
+    Environment,
+    PreferencePair,
+    RegressionTask,
+    SyntheticBatch,
+    SyntheticCandidate,
+    TaskRevision,
+    TaskSetSnapshot,
+)
 from flywheel.ingest.models import Step
 from flywheel.ingest.parsers.base import RecordError
 from flywheel.ingest.trace import trace_steps
@@ -163,3 +172,37 @@ def pair_list(*, viewer: User, filters: PairFilters = PairFilters()) -> QuerySet
         if value:
             rows = rows.filter(**{name: value})
     return rows.select_related("agent", "trajectory", "correction__reviewer").order_by("created_at", "id")
+
+
+def synthetic_batch_list(*, viewer: User) -> QuerySet[SyntheticBatch]:
+    return SyntheticBatch.objects.filter(agents_filter(viewer)).select_related("agent", "created_by")
+
+
+def synthetic_batch_get(*, batch_id: UUID, viewer: User) -> SyntheticBatch | None:
+    return synthetic_batch_list(viewer=viewer).filter(pk=batch_id).first()
+
+
+@dataclass(frozen=True)
+class RejectedGroup:
+    filter: str
+    total: int
+    shown: list[SyntheticCandidate]
+
+
+@dataclass(frozen=True)
+class BatchPreview:
+    """What a reviewer reads before accepting: the accepted variants and, per filter, the rejected ones."""
+
+    accepted: list[SyntheticCandidate]
+    accepted_total: int
+    rejected: list[RejectedGroup]
+
+
+def synthetic_batch_preview(*, batch: SyntheticBatch, shown: int = 200, shown_rejected: int = 20) -> BatchPreview:
+    """The first `shown` accepted variants (with their seeds) and the first `shown_rejected` of each filter."""
+    candidates = batch.candidates.select_related("seed_task", "task")
+    totals = dict(candidates.values_list("rejected_by").annotate(total=Count("id")).values_list("rejected_by", "total"))
+    rejected = [RejectedGroup(name, total, list(candidates.filter(rejected_by=name)[:shown_rejected]))
+                for name, total in sorted(totals.items()) if name]  # fmt: skip
+    accepted = list(candidates.filter(rejected_by="")[:shown])
+    return BatchPreview(accepted=accepted, accepted_total=totals.get("", 0), rejected=rejected)

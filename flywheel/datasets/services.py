@@ -1,5 +1,5 @@
 """Writes of the datasets app: tasks (with the leakage rule), imports, edits, split moves, preference pairs,
-snapshots of tasks and of pairs.
+snapshots of tasks and of pairs, batches of synthetic variants (generated, screened, accepted into train).
 
 The leakage rule: a task's leakage key (its normalised prompt, or its source's template where it
 has one) may sit in one split only. A task clashing with the other split is refused, naming the
@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from flywheel.core.models import Agent
-from flywheel.core.services import Actor, actor_user, audit_record
+from flywheel.core.services import Actor, actor_user, audit_record, outbox_due, outbox_send
 from flywheel.datasets.conversion import conversation_before, intervention_turns, turn_message
 from flywheel.datasets.importers import Candidate
 from flywheel.datasets.models import (
+    BatchState,
     PairSnapshotItem,
     PairSource,
     PreferencePair,
@@ -33,16 +37,34 @@ from flywheel.datasets.models import (
     SnapshotKind,
     SourceKind,
     Split,
+    SyntheticBatch,
+    SyntheticCandidate,
     TaskRevision,
     TaskSetSnapshot,
 )
 from flywheel.datasets.pairs import pair_line, text_message, trl_message
 from flywheel.datasets.validation import task_problems
 from flywheel.ingest.models import Step, Trajectory
-from trainer.contracts import Task
+from flywheel.triage.selectors import agent_policy_json
+from trainer.contracts import ContractError, Task
+from trainer.spec.synthetic import (
+    DEFAULT_THRESHOLD,
+    FILTERS,
+    HELDOUT_THRESHOLD,
+    METHODS,
+    Options,
+    Screened,
+    counts,
+    generate,
+    normalised_prompt,
+    screen,
+)
 from trainer.spec.tasks import stratified_sample
+from trainer.verifiers import DEFAULT_VERIFIER, get_verifier, verifier_names
+from trainer.verifiers.safety import SafetyPolicy
 
 ERRORS_KEPT = 100
+logger = logging.getLogger(__name__)
 
 
 class TaskRefused(ValueError):
@@ -69,9 +91,9 @@ def leakage_text(task: Task, template: str = "") -> str:
 
 
 def prompt_leakage_text(messages: list[dict[str, Any]]) -> str:
-    """The normalised user turns of a conversation: what the leakage rule compares."""
-    prompt = " ".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
-    return "prompt: " + " ".join(re.sub(r"[^\w\s]", " ", prompt.lower()).split())
+    """The normalised user turns of a conversation: what the leakage rule compares (and the synthetic
+    variants' near-duplicate check shingles)."""
+    return "prompt: " + normalised_prompt(messages)
 
 
 def _pair_clash(key: str, split: str) -> PreferencePair | None:
@@ -406,3 +428,240 @@ def snapshot_subset_create(
 def snapshot_mark_used(*, snapshot: TaskSetSnapshot) -> None:
     """Called when a job starts on the snapshot: from then on its held-out tasks stay held-out."""
     TaskSetSnapshot.objects.filter(pk=snapshot.pk, used_at__isnull=True).update(used_at=timezone.now())
+
+
+# --- synthetic batches ---------------------------------------------------------------------
+
+
+class BatchRefused(ValueError):
+    """The batch cannot be made or accepted as asked; the message says why."""
+
+
+REJECTED_AT_ACCEPT = "leakage_at_accept"
+"""The filter name of a variant the leakage rule refused when the batch was accepted (a held-out task
+with its prompt arrived after the batch was screened)."""
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How to generate a batch (see `trainer.spec.synthetic.Options`) and the verifier that screens it."""
+
+    methods: tuple[str, ...] = METHODS
+    per_method: int = 2
+    seed: int = 0
+    verifier: str = DEFAULT_VERIFIER
+    threshold: float = DEFAULT_THRESHOLD
+    heldout_threshold: float = HELDOUT_THRESHOLD
+
+    def options(self, catalogue: Iterable[dict[str, Any]] = ()) -> Options:
+        return Options(methods=self.methods, per_method=self.per_method, seed=self.seed, catalogue=tuple(catalogue),
+                       threshold=self.threshold, heldout_threshold=self.heldout_threshold)  # fmt: skip
+
+
+def _seed_rows(agent: Agent) -> list[RegressionTask]:
+    """The agent's train tasks that seed variants: not synthetic ones (no variants of variants)."""
+    return list(RegressionTask.objects.filter(agent=agent, split=Split.TRAIN)
+                .exclude(source_kind=SourceKind.SYNTHETIC).order_by("external_id"))  # fmt: skip
+
+
+@transaction.atomic
+def synthetic_batch_create(*, actor: Actor, agent: Agent, settings: BatchSettings) -> SyntheticBatch:
+    """Queue a batch of variants of the agent's train tasks; generated and screened by a task on `default`."""
+    try:
+        settings.options()
+    except ValueError as exc:
+        raise BatchRefused(str(exc)) from exc
+    if settings.verifier not in verifier_names():
+        raise BatchRefused(f"unknown verifier {settings.verifier!r}; known: {', '.join(verifier_names())}")
+    if not _seed_rows(agent):
+        raise BatchRefused(f"{agent.name} has no train tasks to vary")
+    batch = SyntheticBatch(
+        agent=agent, methods=list(settings.methods), per_method=settings.per_method, seed=settings.seed,
+        verifier=settings.verifier, threshold=settings.threshold, heldout_threshold=settings.heldout_threshold,
+        created_by=actor_user(actor),
+    )  # fmt: skip
+    batch.full_clean()
+    batch.save()
+    audit_record(actor=actor, action="synthetic.create", target=batch, data={"methods": batch.methods})
+    transaction.on_commit(lambda: synthetic_batch_dispatch(batch_id=batch.pk), robust=True)
+    return batch
+
+
+def synthetic_batch_dispatch(*, batch_id: Any) -> bool:
+    """Hand the batch's generate message to the broker and mark it dispatched; False (logged) when refused."""
+    from flywheel.datasets.tasks import generate_synthetic_batch
+
+    return outbox_send(send=generate_synthetic_batch.delay, model=SyntheticBatch, row_id=batch_id)
+
+
+def synthetic_batches_sweep(*, resend_after: timedelta | None = None, grace: timedelta | None = None) -> list[Any]:
+    """Re-send queued batches whose message may be lost (never sent, or sent long ago and still queued); the ids
+    sent. A duplicate message is harmless: generation locks the batch and skips one that is no longer queued."""
+    due = outbox_due(since="created_at", resend_after=resend_after, grace=grace)
+    waiting = SyntheticBatch.objects.filter(due, state=BatchState.QUEUED).order_by("created_at")
+    ids = list(waiting.values_list("pk", flat=True)[: django_settings.DISPATCH_SWEEP_LIMIT])
+    return [pk for pk in ids if synthetic_batch_dispatch(batch_id=pk)]
+
+
+def _batch_settings(batch: SyntheticBatch) -> BatchSettings:
+    return BatchSettings(methods=tuple(batch.methods), per_method=batch.per_method, seed=batch.seed,
+                         verifier=batch.verifier, threshold=batch.threshold,
+                         heldout_threshold=batch.heldout_threshold)  # fmt: skip
+
+
+def _strict_problems(task: Task) -> list[str]:
+    # What `task_create` refuses for a task not imported from a file: the filter applies it up front.
+    return task_problems(task).refusals(strict=True)
+
+
+def _agent_tasks(agent: Agent, split: str) -> list[Task]:
+    contents = RegressionTask.objects.filter(agent=agent, split=split).values_list("content", flat=True)
+    return [Task.from_json(content) for content in contents]
+
+
+def _screened(batch: SyntheticBatch, seeds: list[RegressionTask]) -> list[Screened]:
+    settings = _batch_settings(batch)
+    seed_tasks = [Task.from_json(row.content) for row in seeds]
+    heldout, train = _agent_tasks(batch.agent, Split.HELDOUT), _agent_tasks(batch.agent, Split.TRAIN)
+    policy = agent_policy_json(batch.agent_id)
+    verifier = get_verifier(batch.verifier, SafetyPolicy.from_json(policy) if policy is not None else None)
+    variants = generate(seed_tasks, settings.options(batch.agent.tools))
+    return screen(variants, verifier=verifier, train=train, heldout=heldout, threshold=batch.threshold,
+                  heldout_threshold=batch.heldout_threshold, extra_check=_strict_problems)  # fmt: skip
+
+
+def synthetic_batch_generate(*, batch_id: Any) -> SyntheticBatch | None:
+    """Generate and screen a queued batch's variants; a batch that is not queued (done, or gone) is left alone."""
+    with transaction.atomic():
+        batch = SyntheticBatch.objects.select_for_update().select_related("agent").filter(pk=batch_id).first()
+        if batch is None or batch.state != BatchState.QUEUED:
+            return batch
+        seeds = _seed_rows(batch.agent)
+        try:
+            screened = _screened(batch, seeds)
+        except (ContractError, ValueError, KeyError) as exc:
+            batch.state, batch.error = BatchState.FAILED, f"{type(exc).__name__}: {exc}"
+            batch.save(update_fields=["state", "error", "updated_at"])
+            return batch
+        by_id = {row.content["id"]: row for row in seeds}
+        SyntheticCandidate.objects.bulk_create(
+            SyntheticCandidate(batch=batch, position=position, seed_task=by_id.get(item.variant.seed_id),
+                               method=item.variant.method, change=item.variant.change,
+                               content=item.variant.task.to_json(),
+                               rejected_by=item.rejection.filter if item.rejection else "",
+                               reason=item.rejection.reason if item.rejection else "")
+            for position, item in enumerate(screened)
+        )  # fmt: skip
+        batch.report = {**counts(screened), **_environment_note(batch.agent)}
+        batch.state, batch.seed_count = BatchState.READY, len(seeds)
+        batch.save(update_fields=["report", "state", "seed_count", "updated_at"])
+        return batch
+
+
+def _environment_note(agent: Agent) -> dict[str, str]:
+    """Variants are not played in the agent's environment yet: the report says so where it has one."""
+    if not agent.environment:
+        return {}
+    return {"environment": f"not checked: variants are not run in {agent.environment}; only the verifier judged them"}
+
+
+@transaction.atomic
+def synthetic_batch_accept(*, actor: Actor, batch: SyntheticBatch) -> SyntheticBatch:
+    """Store every accepted variant of a ready batch as a train task, marked synthetic; raises BatchRefused.
+
+    Each goes through `task_create`, so the leakage rule still holds: a variant whose prompt is
+    held-out by now is refused and recorded as rejected at accept, the others are stored.
+    """
+    batch = SyntheticBatch.objects.select_for_update().select_related("agent").get(pk=batch.pk)
+    if batch.state != BatchState.READY:
+        raise BatchRefused(f"the batch is {batch.get_state_display().lower()}; only a batch ready for review "
+                           "can be accepted")  # fmt: skip
+    stored = refused = 0
+    for candidate in batch.candidates.filter(rejected_by="").select_related("seed_task").order_by("position"):
+        seed = candidate.seed_task
+        origin = TaskOrigin(source_kind=SourceKind.SYNTHETIC, category=seed.category if seed else "",
+                            source_ref=f"synthetic batch {batch.pk}, seed {seed.external_id if seed else '?'}, "
+                                       f"{candidate.method}")  # fmt: skip
+        try:
+            with transaction.atomic():
+                candidate.task = task_create(actor=actor, task=Task.from_json(candidate.content), split=Split.TRAIN,
+                                             agent=batch.agent, origin=origin)  # fmt: skip
+            stored += 1
+        except (TaskRefused, ContractError) as exc:
+            candidate.rejected_by, candidate.reason = REJECTED_AT_ACCEPT, str(exc)
+            refused += 1
+        candidate.save(update_fields=["task", "rejected_by", "reason"])
+    batch.state, batch.accepted_by, batch.accepted_at = BatchState.ACCEPTED, actor_user(actor), timezone.now()
+    batch.report = {**batch.report, "stored": stored, "refused_at_accept": refused}
+    batch.save(update_fields=["state", "accepted_by", "accepted_at", "report", "updated_at"])
+    audit_record(actor=actor, action="synthetic.accept", target=batch, data={"stored": stored, "refused": refused})
+    return batch
+
+
+SYNTH_KIND = "synth"
+MODEL_METHOD = "model_paraphrase"
+
+
+def _job_lines(job: Any) -> list[dict[str, Any]]:
+    path = Path(str((job.result or {}).get("files", {}).get("variants", "")))
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _imported_candidate(batch: SyntheticBatch, position: int, line: dict[str, Any],
+                        seeds: dict[str, RegressionTask]) -> SyntheticCandidate:  # fmt: skip
+    rejected_by, reason = str(line.get("rejected_by") or ""), str(line.get("reason") or "")
+    if not rejected_by and (problems := _strict_problems(Task.from_json(line["task"]))):
+        rejected_by, reason = "schema", "; ".join(problems)
+    return SyntheticCandidate(batch=batch, position=position, seed_task=seeds.get(str(line.get("seed_id"))),
+                              method=str(line.get("method") or MODEL_METHOD)[:16], change=str(line.get("change", "")),
+                              content=line["task"], rejected_by=rejected_by, reason=reason)  # fmt: skip
+
+
+def _report_of(candidates: list[SyntheticCandidate]) -> dict[str, Any]:
+    rejected = {name: 0 for name in FILTERS}
+    for candidate in candidates:
+        if candidate.rejected_by:
+            rejected[candidate.rejected_by] = rejected.get(candidate.rejected_by, 0) + 1
+    accepted = sum(not candidate.rejected_by for candidate in candidates)
+    return {"generated": len(candidates), "rejected": rejected, "accepted": accepted,
+            "accepted_by_method": {MODEL_METHOD: accepted}}  # fmt: skip
+
+
+@transaction.atomic
+def synthetic_batch_from_job(*, job: Any) -> SyntheticBatch | None:
+    """The batch of a succeeded synth job's screened variants, ready for review; the same batch when run twice.
+
+    The app's strict value check (`validation`) joins the job's filters here, as it does for template
+    batches. None for any other job, or a synth job that did not succeed.
+    """
+    if job.kind != SYNTH_KIND or job.state != "succeeded" or job.snapshot is None or job.agent_id is None:
+        return None
+    existing = SyntheticBatch.objects.filter(job_id=job.pk).first()
+    if existing is not None:
+        return existing
+    settings = job.hyperparameters or {}
+    batch = SyntheticBatch.objects.create(
+        agent_id=job.agent_id, methods=[MODEL_METHOD], per_method=int(settings.get("paraphrases", 2)),
+        seed=int(settings.get("seed", 0)), verifier=str(settings.get("verifier", DEFAULT_VERIFIER)),
+        threshold=float(settings.get("threshold", DEFAULT_THRESHOLD)),
+        heldout_threshold=float(settings.get("heldout_threshold", HELDOUT_THRESHOLD)),
+        created_by=job.launched_by, job_id=job.pk, state=BatchState.READY,
+        seed_count=job.snapshot.task_count,
+    )  # fmt: skip
+    seeds = {item.content.get("id"): item.task for item in job.snapshot.items.select_related("task")}
+    candidates = [_imported_candidate(batch, position, line, seeds) for position, line in enumerate(_job_lines(job))]
+    SyntheticCandidate.objects.bulk_create(candidates)
+    batch.report = _report_of(candidates)
+    batch.save(update_fields=["report", "updated_at"])
+    audit_record(actor=None, action="synthetic.from_job", target=batch, data={"job": str(job.pk)})
+    return batch
+
+
+def on_synth_job_finished(sender: object, job: Any, **kwargs: Any) -> None:
+    """`training.signals.job_finished` receiver: a succeeded synth job's variants become a batch; never fail the job."""
+    try:
+        with transaction.atomic():
+            synthetic_batch_from_job(job=job)
+    except (OSError, ValueError, KeyError, ContractError) as error:
+        logger.warning("datasets: synth job %s: %s", job.pk, error)
+        audit_record(actor=None, action="synthetic.job_failed", target=job, data={"error": str(error)[:1000]})

@@ -1,5 +1,6 @@
 """Pages of the datasets app: tasks (list, detail, edit with history), split breakdown, preference pairs and their
-exports (with the corrections'), snapshots; and the pairs and corrections APIs."""
+exports (with the corrections'), snapshots, synthetic batches (preview, bulk accept); and the pairs and
+corrections APIs."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from flywheel.datasets.forms import (
     PairFilterForm,
     PairSnapshotForm,
     SnapshotForm,
+    SyntheticBatchForm,
     TaskEditForm,
     TaskFilterForm,
     TaskWriteForm,
@@ -38,6 +40,7 @@ from flywheel.datasets.models import (
     RegressionTask,
     SnapshotKind,
     SourceKind,
+    SyntheticBatch,
     TaskSetSnapshot,
 )
 from flywheel.datasets.pairs import pair_line, pairs_file_name
@@ -317,3 +320,65 @@ def snapshot_export(request: AuthedRequest, snapshot_id: UUID, format_name: str)
     )
     response["Content-Disposition"] = f'attachment; filename="{snapshot_file_name(snapshot, format_name)}"'
     return response
+
+
+# --- synthetic batches ---------------------------------------------------------------------
+
+
+def _batch(request: AuthedRequest, batch_id: UUID) -> SyntheticBatch:
+    batch = selectors.synthetic_batch_get(batch_id=batch_id, viewer=request.user)
+    if batch is None:
+        raise Http404("no such synthetic batch")
+    return batch
+
+
+def _synthetic_list_page(request: AuthedRequest, form: SyntheticBatchForm, status: int = 200) -> HttpResponse:
+    context = {"batches": selectors.synthetic_batch_list(viewer=request.user)[:100], "form": form}
+    return render(request, "datasets/synthetic_list.html", context, status=status)
+
+
+@permission_required(Perm.EDIT_TASKS)
+def synthetic_list(request: AuthedRequest) -> HttpResponse:
+    return _synthetic_list_page(request, choices_limit(SyntheticBatchForm(), viewer=request.user))
+
+
+@permission_required(Perm.EDIT_TASKS)
+@require_POST
+def synthetic_new(request: AuthedRequest) -> HttpResponse:
+    form = choices_limit(SyntheticBatchForm(request.POST), viewer=request.user)
+    if form.is_valid():
+        data = form.cleaned_data
+        settings = services.BatchSettings(
+            methods=tuple(data["methods"]), per_method=data["per_method"], seed=data["seed"],
+            verifier=data["verifier"], threshold=data["threshold"], heldout_threshold=data["heldout_threshold"],
+        )  # fmt: skip
+        try:
+            batch = services.synthetic_batch_create(actor=request.user, agent=data["agent"], settings=settings)
+        except services.BatchRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("datasets:synthetic_detail", batch_id=batch.id)
+    return _synthetic_list_page(request, form, status=400)
+
+
+def _synthetic_detail_page(request: AuthedRequest, batch: SyntheticBatch, error: str = "") -> HttpResponse:
+    context = {"batch": batch, "preview": selectors.synthetic_batch_preview(batch=batch), "error": error}
+    return render(request, "datasets/synthetic_detail.html", context, status=400 if error else 200)
+
+
+@permission_required(Perm.EDIT_TASKS)
+def synthetic_detail(request: AuthedRequest, batch_id: UUID) -> HttpResponse:
+    """The preview: the report, the accepted variants beside their seeds, the rejected ones by filter."""
+    return _synthetic_detail_page(request, _batch(request, batch_id))
+
+
+@permission_required(Perm.EDIT_TASKS)
+@require_POST
+def synthetic_accept(request: AuthedRequest, batch_id: UUID) -> HttpResponse:
+    """Accept the batch in bulk: every variant the filters kept becomes a train task, marked synthetic."""
+    batch = _batch(request, batch_id)
+    try:
+        services.synthetic_batch_accept(actor=request.user, batch=batch)
+    except services.BatchRefused as exc:
+        return _synthetic_detail_page(request, batch, error=str(exc))
+    return redirect("datasets:synthetic_detail", batch_id=batch.id)

@@ -40,6 +40,9 @@ DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     JobKind.MINE: {"samples": 8, "min_solved": 1, "max_solved": None, "temperature": 1.0, "max_new_tokens": 256,
                    "verifier": "tool_call", "environment": None, "backend": "transformers", "device": "auto",
                    "batch_size": 4, "sample_size": None},
+    JobKind.SYNTH: {"paraphrases": 2, "temperature": 0.8, "max_new_tokens": 96, "verifier": "tool_call",
+                    "threshold": 0.8, "heldout_threshold": 0.6, "backend": "transformers", "device": "auto",
+                    "batch_size": 8},
 }  # fmt: skip
 # The kinds that train, and so take a held-out snapshot to evaluate on as they go.
 HELDOUT_KINDS = (JobKind.SFT, JobKind.DPO, JobKind.GRPO)
@@ -64,7 +67,7 @@ class JobLaunchForm(forms.Form):
     snapshot = SnapshotChoiceField(
         queryset=TaskSetSnapshot.objects.all(),
         help_text="Trained on (sft, grpo: a train snapshot; dpo: a train snapshot of preference pairs), evaluated "
-                  "(eval) or mined for hard tasks (mine: a train snapshot).",
+                  "(eval), mined for hard tasks (mine: a train snapshot) or varied (synth: a train snapshot).",
     )
     heldout_snapshot = SnapshotChoiceField(
         queryset=TaskSetSnapshot.objects.filter(split=Split.HELDOUT), required=False, label="Held-out snapshot",

@@ -1,4 +1,5 @@
-"""Jobs that run trainer (eval, sft, dpo, grpo, gate, mine, replay), what they report as they run, and eval results.
+"""Jobs that run trainer (eval, sft, dpo, grpo, gate, mine, replay, synth), what they report as they run, and
+eval results.
 
 Every kind but `replay` runs on a task snapshot. A replay answers a failing step's conversation
 again (the registry's `Replay` launches it): its one case is carried by the job itself (`cases`),
@@ -23,6 +24,7 @@ class JobKind(models.TextChoices):
     GATE = "gate", "Gate"
     MINE = "mine", "Hard-task mining"
     REPLAY = "replay", "Replay"
+    SYNTH = "synth", "Synthetic variants"
 
 
 # The kinds that train an adapter (the trainer's list): they need a train snapshot, resume from an

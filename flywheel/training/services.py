@@ -56,7 +56,8 @@ from trainer.spec.kinds import config_class
 from trainer.spec.replay import ReplayCase
 
 # The kinds trainer runs today.
-RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.DPO, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY)
+RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.DPO, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY,
+                  JobKind.SYNTH)  # fmt: skip
 LOG_TAIL_LINES = 200
 
 
@@ -97,6 +98,8 @@ def job_launch(
         _check_training_snapshots(snapshot, heldout_snapshot)
     if kind == JobKind.MINE and snapshot is not None:
         _check_mine_snapshots(snapshot, heldout_snapshot, regression_snapshot)
+    if kind == JobKind.SYNTH and snapshot is not None:
+        _check_synth_snapshots(snapshot, heldout_snapshot)
     job = Job(
         kind=kind, snapshot=snapshot, heldout_snapshot=heldout_snapshot, regression_snapshot=regression_snapshot,
         base_model=base_model.strip(), adapter=adapter.strip(), agent=agent, cases=cases or [],
@@ -144,6 +147,14 @@ def _check_snapshot_kinds(kind: str, snapshot: TaskSetSnapshot | None, *checked:
     for other in checked:
         if other is not None and other.kind == SnapshotKind.PAIRS:
             raise LaunchRefused(f"{other} holds preference pairs: a held-out or regression snapshot holds tasks")
+
+
+def _check_synth_snapshots(snapshot: TaskSetSnapshot, heldout_snapshot: TaskSetSnapshot | None) -> None:
+    """A synth job varies train tasks (its variants enter train only); held-out tasks only guard against leaks."""
+    if snapshot.split != Split.TRAIN:
+        raise LaunchRefused(f"a synth job varies train tasks: {snapshot} is a held-out snapshot")
+    if heldout_snapshot is not None and heldout_snapshot.split != Split.HELDOUT:
+        raise LaunchRefused(f"{heldout_snapshot} is not a held-out snapshot")
 
 
 def _check_input(kind: str, snapshot: TaskSetSnapshot | None, cases: list[dict[str, Any]]) -> None:
@@ -204,8 +215,10 @@ def _check_mine_snapshots(
 ) -> None:
     # Mining reads train results only: a held-out task is never sampled, so it can never be chosen for training.
     if snapshot.split != Split.TRAIN:
-        raise LaunchRefused(f"snapshot {snapshot.name!r} is a {snapshot.split} snapshot; mine a train snapshot "
-                            "(held-out tasks are never mined)")
+        raise LaunchRefused(
+            f"snapshot {snapshot.name!r} is a {snapshot.split} snapshot; mine a train snapshot "
+            "(held-out tasks are never mined)"
+        )
     if heldout is not None or regression is not None:
         raise LaunchRefused("a mine job reads its train snapshot only: give no held-out or regression snapshot")
     if snapshot.task_count == 0:

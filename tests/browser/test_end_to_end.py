@@ -321,6 +321,7 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
         "name": AGENT, "number": 2, "token_id": None, "external_id": failure.external_id,
         "index": None, "sample_id": None,  # this journey is single-turn: no episode pages (test_eval_episodes.py)
         "rule_id": None, "alert_id": None, "replay_id": None,  # no scoring rule, alert or replay in this journey
+        "batch_id": None,  # no synthetic batch either (tests/flywheel/datasets/test_synthetic.py renders them)
     }  # fmt: skip
     rendered, post_only = [], []
     for name, pattern in _walk(get_resolver().url_patterns):  # every pattern outside the admin

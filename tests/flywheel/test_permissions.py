@@ -35,7 +35,7 @@ from flywheel.dashboards.selectors import (
 )
 from flywheel.datasets.importers import read
 from flywheel.datasets.models import RegressionTask, TaskSetSnapshot
-from flywheel.datasets.services import snapshot_create, tasks_import
+from flywheel.datasets.services import BatchSettings, snapshot_create, synthetic_batch_create, tasks_import
 from flywheel.ingest.models import Trajectory, Upload
 from flywheel.ingest.selectors import TrajectoryFilters
 from flywheel.ingest.services import IngestOptions, stream_ingest, upload_create, upload_process
@@ -259,6 +259,7 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
     queue = queue_create(actor=member, name="alpha-queue", filters=TriageFilters(base=TrajectoryFilters(agent=ALPHA)))
     tasks_import(actor=None, candidates=read(TINY_TASKS, "native"), split="train", agent=alpha, source_ref="tiny")
     snapshot = snapshot_create(actor=None, name="alpha train", split="train", agent=alpha)
+    batch = synthetic_batch_create(actor=member, agent=alpha, settings=BatchSettings())
     job = Job.objects.create(kind=JobKind.EVAL, state=JobState.SUCCEEDED, snapshot=snapshot, agent=alpha,
                              base_model="tiny", attempts=1, finished_at=timezone.now(), launched_by=member)  # fmt: skip
     task_id = snapshot.items.first().content["id"]
@@ -282,12 +283,12 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
         "number": version.number, "gate_id": gate.pk, "run_id": run.pk, "output_id": run.outputs.first().pk,
         "token_id": token.pk, "index": 0, "sample_id": sample.pk, "external_id": trajectory.external_id,
         "rule_id": rule.pk, "alert_id": alert.pk,
-        "replay_id": replay.pk,
+        "replay_id": replay.pk, "batch_id": batch.pk,
     }  # fmt: skip
     markers = {
         "agent": ALPHA, "trajectory": str(trajectory.pk), "upload": str(upload.pk), "queue": queue.name,
         "task": str(task.pk), "snapshot": str(snapshot.pk), "job": str(job.pk), "run": str(run.pk),
-        "alert": str(alert.pk), "pair": str(pair.pk),
+        "alert": str(alert.pk), "pair": str(pair.pk), "synthetic batch": str(batch.pk),
     }  # fmt: skip
     return World(member, outsider, objects, markers)
 

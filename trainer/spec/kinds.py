@@ -14,10 +14,11 @@ from trainer.spec.grpo import GrpoConfig
 from trainer.spec.mine import MineConfig
 from trainer.spec.replay import ReplayConfig
 from trainer.spec.sft import SftConfig
+from trainer.spec.synth import SynthConfig
 
 CONFIGS: dict[str, type] = {
     "eval": EvalConfig, "sft": SftConfig, "dpo": DpoConfig, "grpo": GrpoConfig, "gate": GateConfig, "mine": MineConfig,
-    "replay": ReplayConfig,
+    "replay": ReplayConfig, "synth": SynthConfig,
 }  # fmt: skip
 TRAINING_KINDS = tuple(kind for kind, config in CONFIGS.items() if issubclass(config, TrainingConfig))
 
