@@ -151,3 +151,9 @@ class PairSnapshotForm(forms.Form):
     name = forms.CharField(max_length=200)
     split = forms.ChoiceField(choices=Split.choices, initial=Split.TRAIN)
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The pairs page also holds the filter form, whose split and agent would otherwise share these ids:
+        # a label would then name the filter's field, not this one.
+        kwargs.setdefault("auto_id", "pair_snapshot_%s")
+        super().__init__(*args, **kwargs)

@@ -31,11 +31,12 @@ from flywheel.registry import serving
 from flywheel.registry.models import Deployment, GateResult, ModelVersion
 from flywheel.rewards.models import ProfileRun
 from flywheel.rewards.services import Scoring, reverify
-from flywheel.training.models import Job, JobState
+from flywheel.training.models import Job
 from flywheel.triage.models import BucketAssignment, Suggestion
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import queue_create
 from tests.browser.charts import wait_for_charts
+from tests.browser.jobs import JOB_SECONDS, wait_for_job
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS, make_adapter
@@ -58,7 +59,6 @@ TINY_EVAL = {"verifier": "tool_call", "batch_size": 4, "max_new_tokens": 16, "de
 TINY_GATE = {"device": "cpu", "batch_size": 4, "max_new_tokens": 16}
 DOWNLOADS = {"registry:version_download", "datasets:snapshot_export", "datasets:pair_export",
              "datasets:correction_export"}  # attachments: fetched, not shown
-JOB_SECONDS = 300_000  # milliseconds: a job on two shared cores, model load included
 EXPECTED_CALL = {"name": "calculate_triangle_area", "arguments": {"base": [12], "height": [7]}}  # accepted values
 
 
@@ -123,16 +123,6 @@ def sign_in_as(page, live_server, user) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{live_server.url}/")
-
-
-def wait_for_job(page, state: str = JobState.SUCCEEDED) -> None:
-    page.wait_for_function(
-        "['succeeded', 'failed', 'cancelled'].includes(document.querySelector('[data-state]')?.dataset.state)",
-        timeout=JOB_SECONDS,
-    )
-    job_id = page.url.rstrip("/").split("/")[-1]
-    job = Job.objects.get(pk=job_id)
-    assert job.state == state, f"{job} ended {job.state}: {job.error}"
 
 
 @pytest.fixture
