@@ -36,7 +36,7 @@ from trainer.environments.workbench.data import WorkbenchDataMissing
 from trainer.episodes import TRUNCATING_ENDS, Episode, run_episodes
 from trainer.jobs import EventStream, StopFlag
 from trainer.parsing import NO_CALL, parse_tool_calls
-from trainer.recommend import recommend
+from trainer.spec.recommend import recommend
 from trainer.rollout import Generation, GenerationBackend, GenerationHooks, open_runtime
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.environments import EpisodeBudget, check_executing_environment

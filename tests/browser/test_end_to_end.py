@@ -217,7 +217,9 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
     wait_for_job(page)
     baseline_job = Job.objects.get(kind="eval")
     page.goto(f"{url}/jobs/{baseline_job.id}/evaluation/")
-    assert "Recommended next: SFT" in page.get_by_role("region", name="Recommendation").inner_text()  # never right
+    recommendation = page.get_by_role("region", name="Recommendation")
+    assert "Recommended next: a prompt change" in recommendation.inner_text()  # the failure was a wrong tool
+    assert recommendation.locator("li[data-option=sft]").is_visible()  # and the model is never right
     shot(page, "03-baseline-evaluation")
 
     page.goto(f"{url}/rewards/new/")
