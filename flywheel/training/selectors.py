@@ -491,6 +491,47 @@ def eval_recommendation(
     return recommend(run.metrics or {}, rules, by_bucket=run.per_bucket or {}, signals=signals)
 
 
+def snapshot_tool_descriptions(*, snapshot: TaskSetSnapshot) -> dict[str, str]:
+    """Each tool the snapshot's tasks offer, with its description (the first task's where tasks differ)."""
+    described: dict[str, str] = {}
+    for tools in snapshot.items.annotate(tools=KeyTransform("tools", "content")).values_list("tools", flat=True):
+        for tool in tools or []:
+            function = tool.get("function", tool) if isinstance(tool, dict) else {}
+            if function.get("name") and function["name"] not in described:
+                described[str(function["name"])] = str(function.get("description") or "")
+    return described
+
+
+@dataclass(frozen=True)
+class PromptChange:
+    """What a prompt-change form starts from: the tasks' own system text, the tools as the prompt shows them."""
+
+    system_text: str
+    current: dict[str, str]  # each tool's description in the snapshot's tasks
+    shown: dict[str, str]  # as the evaluated job showed them (its own overrides applied)
+    preamble: str
+
+
+def prompt_change_start(*, run: EvalRun) -> PromptChange:
+    """The evaluated job's prompt as the form pre-fills it: its preamble and its tool descriptions."""
+    settings = run.job.hyperparameters or {}
+    current = snapshot_tool_descriptions(snapshot=run.snapshot)
+    overrides = {name: text for name, text in (settings.get("tool_descriptions") or {}).items() if name in current}
+    first = run.snapshot.items.annotate(messages=KeyTransform("messages", "content")).values_list(
+        "messages", flat=True).first() or []  # fmt: skip
+    system = next((str(m.get("content") or "") for m in first if isinstance(m, dict) and m.get("role") == "system"),
+                  "")  # fmt: skip
+    return PromptChange(system_text=system, current=current, shown={**current, **overrides},
+                        preamble=str(settings.get("system_preamble") or ""))  # fmt: skip
+
+
+def eval_runs_alongside(*, run: EvalRun, viewer: User) -> QuerySet[EvalRun]:
+    """The other evaluations of the run's snapshot the viewer may see, newest first: what it can be paired with."""
+    visible = job_visible(viewer=viewer)
+    return (EvalRun.objects.filter(snapshot=run.snapshot, job__in=visible).exclude(pk=run.pk)
+            .select_related("job").order_by("-created_at"))  # fmt: skip
+
+
 def eval_report(*, run: EvalRun) -> EvalReport:
     """An EvalRun's JSON (trainer.evaluate's `overall` and `by_bucket`) as rows with their intervals."""
     metrics = run.metrics or {}

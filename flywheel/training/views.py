@@ -1,5 +1,5 @@
-"""Pages and API of the training app: jobs (list, compare, launch, live page, samples, cancel), evaluations,
-and POST /api/v1/jobs.
+"""Pages and API of the training app: jobs (list, compare, launch, live page, samples, cancel), evaluations (with
+what to try next, and the prompt-change form), and POST /api/v1/jobs.
 
 The live page polls two things while the job runs: `job_live` (an htmx partial: state, progress,
 flags, log) and `job_chart` (JSON the page's script redraws the charts from); `job_samples`
@@ -8,6 +8,7 @@ re-renders the sample table for its filters.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -34,6 +35,7 @@ from flywheel.training.forms import (
     HELDOUT_KINDS,
     JobCompareForm,
     JobLaunchForm,
+    PromptChangeForm,
     SampleFilterForm,
     launch_initial,
     launch_url,
@@ -202,10 +204,36 @@ def eval_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
     recommendation = selectors.eval_recommendation(run=run)
     context = {
         "job": job, "report": report, "options": recommendation_options(recommendation, run),
+        "alongside": selectors.eval_runs_alongside(run=run, viewer=request.user)[:20],
         "rates_figure": figure_json(charts.rates_figure(report.rates)),
         "bucket_figure": figure_json(charts.bucket_figure(report.buckets)) if report.buckets else None,
     }  # fmt: skip
     return render(request, "training/eval_detail.html", context)
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+def prompt_change(request: AuthedRequest, job_id: UUID) -> HttpResponse:
+    """Try a prompt change: the evaluated job's prompt pre-filled; on POST an eval of the changed prompt on the
+    same snapshot, model and settings (no training), to compare with this one in the gate's paired view."""
+    job = _job(request, job_id)
+    run = selectors.eval_run_for(job=job)
+    if run is None:
+        raise Http404("this job has no evaluation to change the prompt of")
+    start = selectors.prompt_change_start(run=run)
+    initial = {"system_preamble": start.preamble, "tool_descriptions": json.dumps(start.shown, indent=2)}
+    form = PromptChangeForm(request.POST or None, initial=initial, current=start.current)
+    if request.method == "POST" and form.is_valid():
+        try:
+            changed = services.job_launch(
+                actor=request.user, kind=JobKind.EVAL, snapshot=run.snapshot, base_model=job.base_model,
+                adapter=job.adapter, agent=job.agent, hyperparameters={**job.hyperparameters, **form.prompt_settings()},
+            )  # fmt: skip
+        except services.LaunchRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("training:job_detail", job_id=changed.id)
+    context = {"job": job, "run": run, "form": form, "start": start}
+    return render(request, "training/prompt_change.html", context, status=400 if form.errors else 200)
 
 
 @permission_required(Perm.VIEW)
@@ -253,12 +281,15 @@ def recommendation_options(recommendation: Recommendation, run: EvalRun) -> list
 
 
 def option_launch_url(run: EvalRun, method: str) -> str | None:
-    """The launch form pre-filled for a recommended training method on the evaluated model and agent.
+    """The launch form pre-filled for a recommended training method on the evaluated model and agent (a prompt
+    change: its own form).
 
     A baseline is usually measured on held-out tasks, which may never be trained on: that
     snapshot becomes the run's held-out snapshot, and the agent's newest train snapshot its
     training data (of preference pairs for dpo; the person can pick another before launching).
     """
+    if method == PROMPT:
+        return reverse("training:prompt_change", kwargs={"job_id": run.job_id})
     if method not in HELDOUT_KINDS:
         return None
     job = run.job

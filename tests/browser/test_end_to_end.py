@@ -313,13 +313,14 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
         "name": AGENT, "number": 2, "token_id": None, "external_id": failure.external_id,
         "index": None, "sample_id": None,  # this journey is single-turn: no episode pages (test_eval_episodes.py)
         "rule_id": None, "alert_id": None, "replay_id": None,  # no scoring rule, alert or replay in this journey
+        "baseline_job_id": baseline_job.id, "candidate_job_id": baseline_job.id,  # an evaluation paired with itself
     }  # fmt: skip
     rendered, post_only = [], []
     for name, pattern in _walk(get_resolver().url_patterns):  # every pattern outside the admin
         kwargs = {key: objects[key] for key in pattern.pattern.converters}
         if None in kwargs.values() or getattr(pattern.callback, "is_api", False):
             continue  # a POST-only action on a row we keep, an episode, or JSON for machines
-        if name == "training:eval_detail":
+        if name in ("training:eval_detail", "training:prompt_change"):
             kwargs["job_id"] = baseline_job.id
         if name == "rewards:run_compare":
             kwargs["run_id"] = reverified.id
