@@ -218,7 +218,7 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
     baseline_job = Job.objects.get(kind="eval")
     page.goto(f"{url}/jobs/{baseline_job.id}/evaluation/")
     recommendation = page.get_by_role("region", name="Recommendation")
-    assert "Recommended next: a prompt change" in recommendation.inner_text()  # the failure was a wrong tool
+    assert "Recommended next: a prompt change" in recommendation.inner_text()  # malformed or wrong-tool answers
     assert recommendation.locator("li[data-option=sft]").is_visible()  # and the model is never right
     shot(page, "03-baseline-evaluation")
 
