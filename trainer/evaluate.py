@@ -36,11 +36,12 @@ from trainer.environments.workbench.data import WorkbenchDataMissing
 from trainer.episodes import TRUNCATING_ENDS, Episode, run_episodes
 from trainer.jobs import EventStream, StopFlag
 from trainer.parsing import NO_CALL, parse_tool_calls
-from trainer.recommend import recommend
+from trainer.prompts import tool_names, with_prompt_change
 from trainer.rollout import Generation, GenerationBackend, GenerationHooks, open_runtime
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.environments import EpisodeBudget, check_executing_environment
 from trainer.spec.eval import EvalConfig, SamplingConfig, safety_policy
+from trainer.spec.recommend import recommend
 from trainer.spec.stats import mean, mean_interval, percentile, rate_interval
 from trainer.spec.tasks import (
     last_user_text,
@@ -374,6 +375,20 @@ def episode_result(episode: Episode, policy: SafetyPolicy, prices: Prices) -> Ta
     )
 
 
+def changed_prompts(tasks: list[Task], config: EvalConfig, events: EventStream) -> list[Task]:
+    """The tasks as the config's prompt change shows them (unchanged without one); a SpecError for a tool
+    description of a tool no task offers, before any model loads."""
+    if not config.system_preamble.strip() and not config.tool_descriptions:
+        return tasks
+    unknown = sorted(set(config.tool_descriptions) - tool_names(tasks))
+    if unknown:
+        raise SpecError(f"eval hyperparameters: tool_descriptions names tools the tasks do not offer: "
+                        f"{', '.join(unknown)}")
+    events.emit(LogEvent(f"prompt change: a system preamble of {len(config.system_preamble)} characters, "
+                         f"{len(config.tool_descriptions)} tool description(s) replaced"))
+    return [with_prompt_change(task, config.system_preamble, config.tool_descriptions) for task in tasks]
+
+
 def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     """The `eval` job: evaluate, write results and metrics to the output folder, report them."""
     config = config_from_json(EvalConfig, spec.hyperparameters, "eval hyperparameters")
@@ -381,7 +396,7 @@ def run_eval(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     all_tasks = loaded.tasks
     if warning := skipped_warning(loaded.skipped):
         events.emit(warning)
-    tasks = seeded_sample(all_tasks, config.sample_size, spec.seed)
+    tasks = changed_prompts(seeded_sample(all_tasks, config.sample_size, spec.seed), config, events)
     snapshot = snapshot_sha256(spec.task_paths)
     policy = safety_policy(config.safety_policy, spec.safety_policy)
     events.emit(LogEvent(f"evaluating {len(tasks)} of {len(all_tasks)} tasks (snapshot {snapshot[:12]}) "

@@ -200,6 +200,39 @@ def _text(message: Mapping[str, Any]) -> str:
     return ""
 
 
+def with_prompt_change(task: Task, preamble: str = "", tool_descriptions: Mapping[str, str] | None = None) -> Task:
+    """`task` as a changed prompt shows it: `preamble` before its system text, tools described anew.
+
+    The preamble joins the task's first system message (or becomes one), so that every renderer,
+    a chat template with tools or `prompt_messages`, puts it where the system prompt begins; the
+    task's id and expected calls stay, so results pair with the unchanged prompt's task by task.
+    """
+    messages = list(task.messages)
+    if preamble.strip():
+        if messages and messages[0].get("role") == "system":
+            own = _text(messages[0])
+            messages[0] = {**messages[0], "content": f"{preamble}\n\n{own}" if own.strip() else preamble}
+        else:
+            messages.insert(0, {"role": "system", "content": preamble})
+    tools = [_described(tool, tool_descriptions or {}) for tool in task.tools]
+    return replace(task, messages=messages, tools=tools)
+
+
+def tool_names(tasks: Sequence[Task]) -> set[str]:
+    return {tool.get("function", tool).get("name") for task in tasks for tool in task.tools}
+
+
+def _described(tool: dict[str, Any], descriptions: Mapping[str, str]) -> dict[str, Any]:
+    if "function" in tool:
+        function = tool["function"]
+        if function.get("name") in descriptions:
+            return {**tool, "function": {**function, "description": descriptions[function["name"]]}}
+        return tool
+    if tool.get("name") in descriptions:
+        return {**tool, "description": descriptions[tool["name"]]}
+    return tool
+
+
 def format_tool_calls(calls: Sequence[ToolCall]) -> str:
     """Calls in the prompt's output format: one `<tool_call>` JSON object per call."""
     return "\n".join(f"<tool_call>{json.dumps(call.to_json(), ensure_ascii=False)}</tool_call>" for call in calls)

@@ -154,6 +154,12 @@ class PairSnapshotForm(forms.Form):
     split = forms.ChoiceField(choices=Split.choices, initial=Split.TRAIN)
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"))
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The pairs page also holds the filter form, whose split and agent would otherwise share these ids:
+        # a label would then name the filter's field, not this one.
+        kwargs.setdefault("auto_id", "pair_snapshot_%s")
+        super().__init__(*args, **kwargs)
+
 
 class SyntheticBatchForm(forms.Form):
     """Generate variants of one agent's train tasks, screened by the verifier and the near-duplicate checks."""

@@ -32,8 +32,10 @@ from flywheel.registry.models import (
     Replay,
     ReplayStatus,
 )
+from flywheel.training.models import EvalRun
 from flywheel.training.selectors import EVAL_RATES, metric_series
 from flywheel.triage.selectors import agent_guardrails_json
+from trainer.spec.decision import decide, flip_rows, paired
 from trainer.spec.gate import Policy
 
 logger = logging.getLogger(__name__)
@@ -283,12 +285,15 @@ def _pairs(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[MetricPa
 
 def comparison(*, gate: GateResult) -> Comparison:
     """Side by side per metric (with intervals), per bucket, the per-task flips, and the training curves."""
-    report = gate.report or {}
+    job = gate.candidate.training_job
+    return paired_view(gate.report or {}, metric_series(job=job) if job is not None else {})
+
+
+def paired_view(report: dict[str, Any], series: dict[str, list[tuple[int, float]]]) -> Comparison:
+    """A gate-shaped report (`baseline`, `candidate`: overall and by_bucket; `tasks`: flips) as the paired view."""
     baseline, candidate = report.get("baseline") or {}, report.get("candidate") or {}
     buckets = sorted(set(baseline.get("by_bucket") or {}) | set(candidate.get("by_bucket") or {}))
     tasks = report.get("tasks") or []
-    job = gate.candidate.training_job
-    series = metric_series(job=job) if job is not None else {}
     return Comparison(
         overall=_pairs(baseline.get("overall") or {}, candidate.get("overall") or {}),
         by_bucket={name: _pairs((baseline.get("by_bucket") or {}).get(name) or {},
@@ -298,6 +303,45 @@ def comparison(*, gate: GateResult) -> Comparison:
         reward_curves={name: points for name, points in series.items()
                        if name.startswith(("reward", "heldout/", "loss"))},
     )  # fmt: skip
+
+
+# --- Two evaluations of one snapshot, paired as the gate pairs them ------------------------------
+
+
+class NotComparable(Exception):
+    """Two evaluations that cannot be paired task by task (another snapshot, other tasks); the reason in words."""
+
+
+@dataclass(frozen=True)
+class EvalComparison:
+    """A candidate evaluation (a prompt change, say) against a baseline one, as the gate would decide and show it."""
+
+    baseline: EvalRun
+    candidate: EvalRun
+    decision: dict[str, Any]
+    view: Comparison
+
+
+def eval_comparison(*, baseline: EvalRun, candidate: EvalRun) -> EvalComparison:
+    """The gate's decision and paired view over two evaluations of one snapshot, under the agent's gate policy.
+
+    No regression tasks: both runs evaluated the same held-out tasks, nothing else. A NotComparable
+    names why two runs cannot be paired.
+    """
+    if baseline.snapshot_id != candidate.snapshot_id:
+        raise NotComparable("the two evaluations ran on different snapshots: only the same tasks pair up")
+    agent = candidate.job.agent or candidate.snapshot.agent
+    policy = gate_policy(agent=agent) if agent is not None else Policy()
+    results_before, results_after = baseline.results or [], candidate.results or []
+    try:
+        decision = decide(results_after, results_before, [], [], policy)
+        flips = flip_rows(paired(results_after, results_before), policy.metric, "heldout")
+    except (ValueError, KeyError) as error:  # other tasks (a sample of the snapshot), or results without ids
+        raise NotComparable(f"the two evaluations cannot be paired task by task: {error}") from None
+    report = {"baseline": {"overall": baseline.metrics or {}, "by_bucket": baseline.per_bucket or {}},
+              "candidate": {"overall": candidate.metrics or {}, "by_bucket": candidate.per_bucket or {}},
+              "tasks": flips}  # fmt: skip
+    return EvalComparison(baseline, candidate, decision.to_json(), paired_view(report, {}))
 
 
 # --- Replays of failing steps -----------------------------------------------------------------

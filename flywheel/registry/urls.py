@@ -14,6 +14,7 @@ urlpatterns = [
     path("models/<slug:agent_name>/v<int:number>/promote/", views.version_promote, name="version_promote"),
     path("models/<slug:agent_name>/v<int:number>/gate/", views.gate_launch, name="gate_launch"),
     path("gates/<uuid:gate_id>/", views.gate_detail, name="gate_detail"),
+    path("evaluations/<uuid:baseline_job_id>/vs/<uuid:candidate_job_id>/", views.eval_compare, name="eval_compare"),
     path("trajectories/<uuid:trajectory_id>/replays/", views.trajectory_replays, name="trajectory_replays"),
     path("trajectories/<uuid:trajectory_id>/replays/new/", views.replay_launch, name="replay_launch"),
     path("replays/<uuid:replay_id>/", views.replay_detail, name="replay_detail"),

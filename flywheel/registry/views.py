@@ -43,7 +43,8 @@ from flywheel.registry.forms import (
 )
 from flywheel.registry.models import ModelVersion
 from flywheel.training.forms import launch_url
-from flywheel.training.models import JobKind
+from flywheel.training.models import EvalRun, JobKind
+from flywheel.training.selectors import eval_run_for, job_get
 
 
 def _form_errors(form: Form) -> str:
@@ -235,6 +236,33 @@ def gate_detail(request: AuthedRequest, gate_id: UUID) -> HttpResponse:
         else None,
     }  # fmt: skip
     return render(request, "registry/gate_detail.html", context)
+
+
+@permission_required(Perm.VIEW)
+def eval_compare(request: AuthedRequest, baseline_job_id: UUID, candidate_job_id: UUID) -> HttpResponse:
+    """Two evaluations of one snapshot (a prompt change against its baseline) in the gate's paired view."""
+    baseline, candidate = _eval_run(request, baseline_job_id), _eval_run(request, candidate_job_id)
+    try:
+        paired = selectors.eval_comparison(baseline=baseline, candidate=candidate)
+    except selectors.NotComparable as error:
+        context = {"baseline": baseline, "candidate": candidate, "problem": str(error)}
+        return render(request, "registry/eval_compare.html", context, status=400)
+    view = paired.view
+    context = {
+        "baseline": baseline, "candidate": candidate, "paired": paired, "comparison": view,
+        "rates_chart": figure_html(charts.rates_figure(view.overall)),
+        "bucket_chart": figure_html(charts.bucket_figure(view.by_bucket)) if view.by_bucket else None,
+    }  # fmt: skip
+    return render(request, "registry/eval_compare.html", context)
+
+
+def _eval_run(request: AuthedRequest, job_id: UUID) -> EvalRun:
+    """The evaluation of a job the user may see; 404 alike for no such job, another agent's, and no results."""
+    job = job_get(job_id=job_id, viewer=request.user)
+    run = eval_run_for(job=job) if job is not None else None
+    if run is None:
+        raise Http404("no such evaluation")
+    return run
 
 
 # --- Replays of failing steps ------------------------------------------------------------------

@@ -116,6 +116,48 @@ def launch_initial(query: Mapping[str, str]) -> dict[str, str]:
     return initial
 
 
+class PromptChangeForm(forms.Form):
+    """A prompt change to evaluate on the baseline's snapshot: a system-prompt preamble and tool descriptions.
+
+    `current` is each tool's description as the baseline's prompt showed it; only the descriptions
+    that differ from it become overrides (`tool_descriptions` of `trainer.spec.eval.EvalConfig`).
+    """
+
+    system_preamble = forms.CharField(
+        required=False, strip=False, label="System prompt preamble", widget=forms.Textarea(attrs={"rows": 8}),
+        help_text="Put before each task's own system prompt; the tools and the call format follow as usual.",
+    )  # fmt: skip
+    tool_descriptions = JSONObjectField(
+        required=False, label="Tool descriptions", widget=forms.Textarea(attrs={"rows": 10, "class": "code"}),
+        example='{"lookup_order": "Find an order by its id before any refund."}',
+        help_text="Tool name to the description the prompt shows; edit the ones to change.",
+    )  # fmt: skip
+
+    def __init__(self, *args: Any, current: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.current = dict(current)
+
+    def clean_tool_descriptions(self) -> dict[str, str]:
+        descriptions = self.cleaned_data["tool_descriptions"]
+        unknown = sorted(set(descriptions) - set(self.current))
+        if unknown:
+            raise forms.ValidationError(f"no such tool in the snapshot's tasks: {', '.join(unknown)}")
+        if not all(isinstance(text, str) for text in descriptions.values()):
+            raise forms.ValidationError("each description is a string")
+        return {name: text for name, text in descriptions.items() if text != self.current[name]}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not (data.get("system_preamble") or "").strip() and not data.get("tool_descriptions") and not self.errors:
+            raise forms.ValidationError("nothing is changed: write a preamble or edit a tool's description")
+        return data
+
+    def prompt_settings(self) -> dict[str, Any]:
+        """The eval hyperparameters that carry the change."""
+        data = self.cleaned_data
+        return {"system_preamble": data["system_preamble"].strip(), "tool_descriptions": data["tool_descriptions"]}
+
+
 class SampleFilterForm(forms.Form):
     """Which checkpoint samples to show: a step, a reward range, and one component's range."""
 

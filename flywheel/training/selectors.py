@@ -26,11 +26,13 @@ from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.selectors import agents_filter, visible_agents
-from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.datasets.models import PreferencePair, SnapshotKind, Split, TaskSetSnapshot
 from flywheel.ingest.models import Step
 from flywheel.ingest.trace import trace_steps
 from flywheel.training.models import EvalRun, Job, JobKind, JobState, MetricPoint, Sample
+from flywheel.triage.models import BucketAssignment
 from trainer.spec.kinds import config_class
+from trainer.spec.recommend import AgentSignals, Recommendation, RecommendationRules, recommend
 from trainer.spec.tasks import SKIPPED_TASKS, SkippedLine
 
 Series = dict[str, list[tuple[int, float]]]
@@ -108,9 +110,11 @@ def job_filter_options(*, viewer: User) -> JobFilterOptions:
     return JobFilterOptions(agents=list(agents), launchers=list(users.values_list("username", flat=True)))
 
 
-def latest_train_snapshot(*, agent: Agent | None) -> TaskSetSnapshot | None:
-    """The newest train snapshot of `agent` (or of no agent): what a recommended training run starts from."""
-    return TaskSetSnapshot.objects.filter(split=Split.TRAIN, agent=agent).order_by("-created_at").first()
+def latest_train_snapshot(*, agent: Agent | None, kind: str = SnapshotKind.TASKS) -> TaskSetSnapshot | None:
+    """The newest train snapshot of `agent` (or of no agent) of a kind (tasks; pairs for dpo): what a
+    recommended training run starts from."""
+    snapshots = TaskSetSnapshot.objects.filter(split=Split.TRAIN, agent=agent, kind=kind)
+    return snapshots.order_by("-created_at").first()
 
 
 # --- Metrics ----------------------------------------------------------------------------------
@@ -415,7 +419,6 @@ class EvalReport:
     rates: list[Rate]
     scalars: list[tuple[str, object]]
     buckets: list[BucketRates]
-    recommendation: dict[str, Any]
     rows: list[ResultRow]
     episodes: bool
 
@@ -463,6 +466,72 @@ def eval_episode(*, run: EvalRun, index: int) -> EpisodeView | None:
                        steps=trace_steps(result["episode"], first=len(context)))  # fmt: skip
 
 
+def agent_signals(*, agent: Agent | None, run: EvalRun, judge_agreement: float | None = None) -> AgentSignals:
+    """What the agent has for the recommendation: train preference pairs, reviewed failures per bucket, and
+    whether a programmatic check scored the run (it measured correct arguments). The judge's agreement
+    with reviewers comes from the caller where one was measured (None: no trusted judge known)."""
+    correct = (run.metrics or {}).get("correct_arguments_rate") or {}
+    if agent is None:
+        return AgentSignals(verifier=correct.get("value") is not None, judge_agreement=judge_agreement)
+    pairs = PreferencePair.objects.filter(agent=agent, split=Split.TRAIN).count()
+    assigned = BucketAssignment.objects.filter(trajectory__agent=agent).values_list("bucket__slug", flat=True)
+    buckets: dict[str, int] = defaultdict(int)
+    for slug in assigned:
+        buckets[slug] += 1
+    return AgentSignals(preference_pairs=pairs, verifier=correct.get("value") is not None,
+                        judge_agreement=judge_agreement, failure_buckets=dict(buckets))  # fmt: skip
+
+
+def eval_recommendation(
+    *, run: EvalRun, judge_agreement: float | None = None, rules: RecommendationRules | None = None
+) -> Recommendation:
+    """The fixes that apply to the run's model, simplest first, from its metrics and what its agent has now."""
+    agent = run.job.agent or run.snapshot.agent
+    signals = agent_signals(agent=agent, run=run, judge_agreement=judge_agreement)
+    return recommend(run.metrics or {}, rules, by_bucket=run.per_bucket or {}, signals=signals)
+
+
+def snapshot_tool_descriptions(*, snapshot: TaskSetSnapshot) -> dict[str, str]:
+    """Each tool the snapshot's tasks offer, with its description (the first task's where tasks differ)."""
+    described: dict[str, str] = {}
+    for tools in snapshot.items.annotate(tools=KeyTransform("tools", "content")).values_list("tools", flat=True):
+        for tool in tools or []:
+            function = tool.get("function", tool) if isinstance(tool, dict) else {}
+            if function.get("name") and function["name"] not in described:
+                described[str(function["name"])] = str(function.get("description") or "")
+    return described
+
+
+@dataclass(frozen=True)
+class PromptChange:
+    """What a prompt-change form starts from: the tasks' own system text, the tools as the prompt shows them."""
+
+    system_text: str
+    current: dict[str, str]  # each tool's description in the snapshot's tasks
+    shown: dict[str, str]  # as the evaluated job showed them (its own overrides applied)
+    preamble: str
+
+
+def prompt_change_start(*, run: EvalRun) -> PromptChange:
+    """The evaluated job's prompt as the form pre-fills it: its preamble and its tool descriptions."""
+    settings = run.job.hyperparameters or {}
+    current = snapshot_tool_descriptions(snapshot=run.snapshot)
+    overrides = {name: text for name, text in (settings.get("tool_descriptions") or {}).items() if name in current}
+    first = run.snapshot.items.annotate(messages=KeyTransform("messages", "content")).values_list(
+        "messages", flat=True).first() or []  # fmt: skip
+    system = next((str(m.get("content") or "") for m in first if isinstance(m, dict) and m.get("role") == "system"),
+                  "")  # fmt: skip
+    return PromptChange(system_text=system, current=current, shown={**current, **overrides},
+                        preamble=str(settings.get("system_preamble") or ""))  # fmt: skip
+
+
+def eval_runs_alongside(*, run: EvalRun, viewer: User) -> QuerySet[EvalRun]:
+    """The other evaluations of the run's snapshot the viewer may see, newest first: what it can be paired with."""
+    visible = job_visible(viewer=viewer)
+    return (EvalRun.objects.filter(snapshot=run.snapshot, job__in=visible).exclude(pk=run.pk)
+            .select_related("job").order_by("-created_at"))  # fmt: skip
+
+
 def eval_report(*, run: EvalRun) -> EvalReport:
     """An EvalRun's JSON (trainer.evaluate's `overall` and `by_bucket`) as rows with their intervals."""
     metrics = run.metrics or {}
@@ -473,8 +542,7 @@ def eval_report(*, run: EvalRun) -> EvalReport:
     ]
     rates = eval_rates(metrics) + eval_rates(metrics, EVAL_EPISODE_RATES)
     rows = _result_rows(run.results or [])
-    return EvalReport(run=run, rates=rates, scalars=scalars, buckets=buckets,
-                      recommendation=run.recommendation or {}, rows=rows,
+    return EvalReport(run=run, rates=rates, scalars=scalars, buckets=buckets, rows=rows,
                       episodes=any(row.result.get("turns") is not None for row in rows))  # fmt: skip
 
 

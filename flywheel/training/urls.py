@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/chart.json", views.job_chart, name="job_chart"),
     path("jobs/<uuid:job_id>/cancel/", views.job_cancel, name="job_cancel"),
     path("jobs/<uuid:job_id>/evaluation/", views.eval_detail, name="eval_detail"),
+    path("jobs/<uuid:job_id>/evaluation/prompt-change/", views.prompt_change, name="prompt_change"),
     path("jobs/<uuid:job_id>/evaluation/episodes/<int:index>/", views.eval_episode, name="eval_episode"),
     path("api/v1/jobs", views.api_jobs, name="api_jobs"),
 ]

@@ -1,5 +1,5 @@
-"""Pages and API of the training app: jobs (list, compare, launch, live page, samples, cancel), evaluations,
-and POST /api/v1/jobs.
+"""Pages and API of the training app: jobs (list, compare, launch, live page, samples, cancel), evaluations (with
+what to try next, and the prompt-change form), and POST /api/v1/jobs.
 
 The live page polls two things while the job runs: `job_live` (an htmx partial: state, progress,
 flags, log) and `job_chart` (JSON the page's script redraws the charts from); `job_samples`
@@ -8,6 +8,8 @@ re-renders the sample table for its filters.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
@@ -24,7 +26,7 @@ from flywheel.core.charts import figure_json
 from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import choices_limit
-from flywheel.datasets.models import Split, TaskSetSnapshot
+from flywheel.datasets.models import SnapshotKind, Split, TaskSetSnapshot
 from flywheel.datasets.selectors import snapshot_list
 from flywheel.ingest.parsers.base import RecordError
 from flywheel.training import charts, selectors, services
@@ -33,11 +35,13 @@ from flywheel.training.forms import (
     HELDOUT_KINDS,
     JobCompareForm,
     JobLaunchForm,
+    PromptChangeForm,
     SampleFilterForm,
     launch_initial,
     launch_url,
 )
 from flywheel.training.models import EvalRun, Job, JobKind, JobState
+from trainer.spec.recommend import DPO, GRPO, NONE, PROMPT, SFT, Option, Recommendation
 
 SAMPLES_SHOWN = 100
 DEFAULT_COMPARE_METRIC = "reward/mean"
@@ -197,12 +201,39 @@ def eval_detail(request: AuthedRequest, job_id: UUID) -> HttpResponse:
     if run is None:
         raise Http404("this job has no evaluation results (yet)")
     report = selectors.eval_report(run=run)
+    recommendation = selectors.eval_recommendation(run=run)
     context = {
-        "job": job, "report": report, "launch_url": recommended_launch_url(run),
+        "job": job, "report": report, "options": recommendation_options(recommendation, run),
+        "alongside": selectors.eval_runs_alongside(run=run, viewer=request.user)[:20],
         "rates_figure": figure_json(charts.rates_figure(report.rates)),
         "bucket_figure": figure_json(charts.bucket_figure(report.buckets)) if report.buckets else None,
     }  # fmt: skip
     return render(request, "training/eval_detail.html", context)
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+def prompt_change(request: AuthedRequest, job_id: UUID) -> HttpResponse:
+    """Try a prompt change: the evaluated job's prompt pre-filled; on POST an eval of the changed prompt on the
+    same snapshot, model and settings (no training), to compare with this one in the gate's paired view."""
+    job = _job(request, job_id)
+    run = selectors.eval_run_for(job=job)
+    if run is None:
+        raise Http404("this job has no evaluation to change the prompt of")
+    start = selectors.prompt_change_start(run=run)
+    initial = {"system_preamble": start.preamble, "tool_descriptions": json.dumps(start.shown, indent=2)}
+    form = PromptChangeForm(request.POST or None, initial=initial, current=start.current)
+    if request.method == "POST" and form.is_valid():
+        try:
+            changed = services.job_launch(
+                actor=request.user, kind=JobKind.EVAL, snapshot=run.snapshot, base_model=job.base_model,
+                adapter=job.adapter, agent=job.agent, hyperparameters={**job.hyperparameters, **form.prompt_settings()},
+            )  # fmt: skip
+        except services.LaunchRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("training:job_detail", job_id=changed.id)
+    context = {"job": job, "run": run, "form": form, "start": start}
+    return render(request, "training/prompt_change.html", context, status=400 if form.errors else 200)
 
 
 @permission_required(Perm.VIEW)
@@ -232,24 +263,45 @@ def eval_episode(request: AuthedRequest, job_id: UUID, index: int) -> HttpRespon
     return render(request, "training/eval_episode.html", {"job": job, "run": run, "episode": episode})
 
 
-def recommended_launch_url(run: EvalRun) -> str | None:
-    """The launch form pre-filled for the recommended method on the evaluated model and agent.
+METHOD_LABELS = {PROMPT: "a prompt change", SFT: "SFT", DPO: "DPO", GRPO: "GRPO", NONE: "no change"}
+
+
+@dataclass(frozen=True)
+class OptionView:
+    """One recommended fix as the page shows it: its words, and where its button leads (None: no button)."""
+
+    option: Option
+    label: str
+    launch_url: str | None
+
+
+def recommendation_options(recommendation: Recommendation, run: EvalRun) -> list[OptionView]:
+    return [OptionView(option, METHOD_LABELS.get(option.method, option.method), option_launch_url(run, option.method))
+            for option in recommendation.options]  # fmt: skip
+
+
+def option_launch_url(run: EvalRun, method: str) -> str | None:
+    """The launch form pre-filled for a recommended training method on the evaluated model and agent (a prompt
+    change: its own form).
 
     A baseline is usually measured on held-out tasks, which may never be trained on: that
     snapshot becomes the run's held-out snapshot, and the agent's newest train snapshot its
-    training data (the person can pick another before launching).
+    training data (of preference pairs for dpo; the person can pick another before launching).
     """
-    method = (run.recommendation or {}).get("method")
+    if method == PROMPT:
+        return reverse("training:prompt_change", kwargs={"job_id": run.job_id})
     if method not in HELDOUT_KINDS:
         return None
     job = run.job
     params = {"kind": method, "base_model": job.base_model, "adapter": job.adapter,
               "agent": job.agent_id or run.snapshot.agent_id}  # fmt: skip
-    if run.snapshot.split == Split.TRAIN:
+    kind = SnapshotKind.PAIRS if method == DPO else SnapshotKind.TASKS
+    if run.snapshot.split == Split.TRAIN and kind == run.snapshot.kind:
         params["snapshot"] = run.snapshot.pk
-    else:
+    elif run.snapshot.split == Split.HELDOUT:
         params["heldout_snapshot"] = run.snapshot.pk
-        train = selectors.latest_train_snapshot(agent=run.snapshot.agent)
+    if "snapshot" not in params:
+        train = selectors.latest_train_snapshot(agent=run.snapshot.agent, kind=kind)
         params["snapshot"] = train.pk if train else None
     return launch_url(params)
 

@@ -31,11 +31,12 @@ from flywheel.registry import serving
 from flywheel.registry.models import Deployment, GateResult, ModelVersion
 from flywheel.rewards.models import ProfileRun
 from flywheel.rewards.services import Scoring, reverify
-from flywheel.training.models import Job, JobState
+from flywheel.training.models import Job
 from flywheel.triage.models import BucketAssignment, Suggestion
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import queue_create
 from tests.browser.charts import wait_for_charts
+from tests.browser.jobs import JOB_SECONDS, wait_for_job
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS, make_adapter
@@ -58,7 +59,6 @@ TINY_EVAL = {"verifier": "tool_call", "batch_size": 4, "max_new_tokens": 16, "de
 TINY_GATE = {"device": "cpu", "batch_size": 4, "max_new_tokens": 16}
 DOWNLOADS = {"registry:version_download", "datasets:snapshot_export", "datasets:pair_export",
              "datasets:correction_export"}  # attachments: fetched, not shown
-JOB_SECONDS = 300_000  # milliseconds: a job on two shared cores, model load included
 EXPECTED_CALL = {"name": "calculate_triangle_area", "arguments": {"base": [12], "height": [7]}}  # accepted values
 
 
@@ -123,16 +123,6 @@ def sign_in_as(page, live_server, user) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{live_server.url}/")
-
-
-def wait_for_job(page, state: str = JobState.SUCCEEDED) -> None:
-    page.wait_for_function(
-        "['succeeded', 'failed', 'cancelled'].includes(document.querySelector('[data-state]')?.dataset.state)",
-        timeout=JOB_SECONDS,
-    )
-    job_id = page.url.rstrip("/").split("/")[-1]
-    job = Job.objects.get(pk=job_id)
-    assert job.state == state, f"{job} ended {job.state}: {job.error}"
 
 
 @pytest.fixture
@@ -227,7 +217,9 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
     wait_for_job(page)
     baseline_job = Job.objects.get(kind="eval")
     page.goto(f"{url}/jobs/{baseline_job.id}/evaluation/")
-    assert "Recommended next: SFT" in page.get_by_role("region", name="Recommendation").inner_text()  # never right
+    recommendation = page.get_by_role("region", name="Recommendation")
+    assert "Recommended next: a prompt change" in recommendation.inner_text()  # malformed or wrong-tool answers
+    assert recommendation.locator("li[data-option=sft]").is_visible()  # and the model is never right
     shot(page, "03-baseline-evaluation")
 
     page.goto(f"{url}/rewards/new/")
@@ -322,13 +314,14 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
         "index": None, "sample_id": None,  # this journey is single-turn: no episode pages (test_eval_episodes.py)
         "rule_id": None, "alert_id": None, "replay_id": None,  # no scoring rule, alert or replay in this journey
         "batch_id": None,  # no synthetic batch either (tests/flywheel/datasets/test_synthetic.py renders them)
+        "baseline_job_id": baseline_job.id, "candidate_job_id": baseline_job.id,  # an evaluation paired with itself
     }  # fmt: skip
     rendered, post_only = [], []
     for name, pattern in _walk(get_resolver().url_patterns):  # every pattern outside the admin
         kwargs = {key: objects[key] for key in pattern.pattern.converters}
         if None in kwargs.values() or getattr(pattern.callback, "is_api", False):
             continue  # a POST-only action on a row we keep, an episode, or JSON for machines
-        if name == "training:eval_detail":
+        if name in ("training:eval_detail", "training:prompt_change"):
             kwargs["job_id"] = baseline_job.id
         if name == "rewards:run_compare":
             kwargs["run_id"] = reverified.id

@@ -284,6 +284,7 @@ def world(make_user, alpha_adapter, settings, tmp_path) -> World:
         "token_id": token.pk, "index": 0, "sample_id": sample.pk, "external_id": trajectory.external_id,
         "rule_id": rule.pk, "alert_id": alert.pk,
         "replay_id": replay.pk, "batch_id": batch.pk,
+        "baseline_job_id": job.pk, "candidate_job_id": job.pk,
     }  # fmt: skip
     markers = {
         "agent": ALPHA, "trajectory": str(trajectory.pk), "upload": str(upload.pk), "queue": queue.name,

@@ -43,7 +43,7 @@ def test_an_eval_writes_results_and_metrics_and_ends_with_done(tmp_path, capfd):
     assert {"output", "calls", "verdict", "latency_s", "prompt_tokens", "completion_tokens"} <= set(results[0])
     report = json.loads(Path(done["files"]["metrics"]).read_text())
     assert set(report["by_bucket"]) == {"wrong_arguments", "wrong_tool", "malformed_call", "should_not_call"}
-    assert report["recommendation"]["method"] in {"sft", "grpo", "none"}
+    assert report["recommendation"]["method"] in {"prompt", "sft", "grpo", "none"}
     kinds = [event["event"] for event in events]
     assert kinds.count("sample") == 2 and "metric" in kinds and "log" in kinds
     assert {"metric", "sample", "log", "done"} == set(kinds)
@@ -62,6 +62,33 @@ def test_bad_input_is_an_error_event_naming_the_problem(tmp_path, capfd, fields,
     assert code == EXIT_FAILED
     assert events[-1]["event"] == "error" and events[-1]["kind"] == kind
     assert message in events[-1]["message"]
+
+
+def test_a_prompt_change_reaches_every_tasks_prompt_and_is_recorded(tmp_path, capfd):
+    preamble = "You are the calculator desk. Answer every request with exactly one tool call, nothing else."
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "changed").mkdir()
+    _, plain = run_in_process(write_spec(tmp_path / "plain" / "run.json"), capfd)
+    changed_spec = write_spec(tmp_path / "changed" / "run.json", hyperparameters={"system_preamble": preamble})
+    code, changed = run_in_process(changed_spec, capfd)
+    assert code == 0
+
+    def prompt_tokens(events):
+        return {row["task_id"]: row["prompt_tokens"] for row in map(json.loads, open(events[-1]["results"]))}
+
+    before, after = prompt_tokens(plain), prompt_tokens(changed)
+    assert before.keys() == after.keys()  # the same tasks, paired by id
+    assert all(after[task] - before[task] >= 15 for task in before)  # the preamble is in each prompt
+    report = json.loads(Path(changed[-1]["files"]["metrics"]).read_text())
+    assert report["config"]["system_preamble"] == preamble
+    assert any("prompt change" in event.get("message", "") for event in changed if event["event"] == "log")
+
+
+def test_a_tool_description_for_a_tool_no_task_offers_is_an_error_event(tmp_path, capfd):
+    spec = write_spec(tmp_path / "run.json", hyperparameters={"tool_descriptions": {"no_such_tool": "x"}})
+    code, events = run_in_process(spec, capfd)
+    assert code == EXIT_FAILED and events[-1]["kind"] == "bad_spec"
+    assert "tool_descriptions names tools the tasks do not offer: no_such_tool" in events[-1]["message"]
 
 
 def test_an_empty_snapshot_is_an_error_event(tmp_path, capfd):

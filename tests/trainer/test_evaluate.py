@@ -222,7 +222,9 @@ def test_the_report_breaks_metrics_down_by_bucket_and_source_and_recommends_a_me
     assert set(report["by_bucket"]) == {"wrong_tool", "wrong_arguments", "(none)"}
     assert report["by_bucket"]["wrong_tool"]["correct_arguments_rate"]["value"] == 0.5
     assert report["by_source"]["s2"]["tasks"] == 2
-    assert report["recommendation"]["method"] == "grpo"
+    # Sometimes right (GRPO), and one answer in four is not a valid call: a prompt change first.
+    assert [option["method"] for option in report["recommendation"]["options"]] == ["prompt", "grpo"]
+    assert report["recommendation"]["reason"].startswith("25% of the outputs are not valid calls")
 
 
 def test_a_seeded_sample_is_reproducible_and_keeps_file_order():

@@ -20,6 +20,7 @@ from trainer.prompts import (
     render_prompt,
     served_chat_template,
     template_supports_tools,
+    with_prompt_change,
 )
 from trainer.verifiers import get_verifier
 
@@ -108,6 +109,34 @@ def test_a_template_with_tool_support_renders_the_tools_itself(tokenizer):
     prompt = render_prompt(weather_task(), tokenizer)
     assert prompt.startswith("<|im_start|>system\nTOOLS:get_weather;<|im_end|>")
     assert FORMAT_INSTRUCTIONS not in prompt
+
+
+PREAMBLE = "Always call a tool when one fits; never answer in prose."
+
+
+def test_a_prompt_change_puts_the_preamble_first_in_the_system_prompt_and_the_new_tool_description(tokenizer):
+    task = weather_task([{"role": "system", "content": "Today's date is 2023-11-30."},
+                         {"role": "user", "content": "Weather tomorrow?"}])  # fmt: skip
+    changed = with_prompt_change(task, PREAMBLE, {"get_weather": "Forecast for a city, today or later."})
+    system = render_prompt(changed, tokenizer).split("<|im_end|>")[0]
+    assert system.startswith(f"<|im_start|>system\n{PREAMBLE}\n\nToday's date is 2023-11-30.\n\n")
+    assert '"description": "Forecast for a city, today or later."' in system and "Weather in a city." not in system
+    assert (changed.id, changed.expected_calls) == (task.id, task.expected_calls)  # pairs with the baseline
+    assert task.messages[0]["content"] == "Today's date is 2023-11-30."  # the original task is left as it was
+    assert WEATHER_TOOL["function"]["description"] == "Weather in a city."
+
+
+def test_a_preamble_without_a_system_message_becomes_one_and_templates_with_tools_see_it(tokenizer):
+    tokenizer = load_tokenizer(str(TINY_MODEL))
+    tokenizer.chat_template = TOOL_TEMPLATE
+    prompt = render_prompt(with_prompt_change(weather_task(), PREAMBLE), tokenizer)
+    assert f"<|im_start|>system\n{PREAMBLE}<|im_end|>" in prompt
+
+
+def test_no_change_leaves_the_prompt_as_it_was(tokenizer):
+    assert render_prompt(with_prompt_change(weather_task(), "  ", {}), tokenizer) == render_prompt(
+        weather_task(), tokenizer
+    )
 
 
 @pytest.mark.parametrize("task", tiny_tasks(), ids=lambda task: task.id)

@@ -72,9 +72,18 @@ class EvalConfig:
                 "an environment: the job's, or its episode's)."})
     max_episode_tokens: int | None = field(default=None, metadata={
         "help": "Most tokens generated over a whole episode; null for max_turns x max_new_tokens."})
+    system_preamble: str = field(default="", metadata={
+        "help": "A prompt change, evaluated without training: text put before each task's own system prompt "
+                "(the tools and the call format follow as usual); empty for none."})
+    tool_descriptions: dict[str, str] = field(default_factory=dict, metadata={
+        "help": "A tool-description change: per tool name, the description the prompt shows instead of the "
+                "tool's own; every name must be a tool of the tasks. Empty for none."})
     strict_tasks: bool = strict_tasks_field()
 
     def __post_init__(self) -> None:
+        if not all(isinstance(name, str) and name and isinstance(text, str)
+                   for name, text in self.tool_descriptions.items()):  # fmt: skip
+            raise ValueError("tool_descriptions maps tool names to description strings")
         if self.verifier not in verifier_names():
             raise ValueError(f"unknown verifier {self.verifier!r}; known: {', '.join(verifier_names())}")
         if self.backend not in BACKENDS:

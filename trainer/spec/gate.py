@@ -1,6 +1,6 @@
 """The `gate` job's config and the promotion policy it applies (one policy per agent in the app).
 
-The decision itself is `trainer.gate.decide`; this module is what the app needs to store,
+The decision itself is `trainer.spec.decision.decide`; this module is what the app needs to store,
 show and check a policy and to launch a gate. A policy stored before a knob was added or
 renamed loads through `Policy.from_stored` (missing knobs take their defaults).
 """

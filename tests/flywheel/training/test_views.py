@@ -136,7 +136,7 @@ def test_an_eval_job_has_no_training_charts_but_links_its_evaluation_page(client
     page = client.get(reverse("training:job_detail", args=[eval_run.job_id])).content.decode()
     assert 'id="job-charts"' not in page
     assert reverse("training:eval_detail", args=[eval_run.job_id]) in page
-    assert "Next: GRPO." in page and "Per task (5)" in page and "Per failure bucket (2)" in page
+    assert "What to try next" in page and "Per task (5)" in page and "Per failure bucket (2)" in page
 
 
 def test_a_viewer_sees_no_launch_or_cancel_buttons_and_a_trainer_does(client, make_user, tiny_train_snapshot):
@@ -339,14 +339,16 @@ def test_a_single_turn_evaluation_shows_no_episode_figures(client, make_user, ev
     assert "truncation_rate" not in page and "Turns per episode" not in page and "ended:" not in page
 
 
-def test_only_a_trainer_sees_the_button_that_launches_the_recommended_method(client, make_user, eval_run):
+def test_only_a_trainer_sees_the_buttons_that_launch_the_recommended_methods(client, make_user, eval_run):
     url = reverse("training:eval_detail", args=[eval_run.job_id])
     client.force_login(make_user(Role.VIEWER))
     page = client.get(url).content.decode()
-    assert "Recommended next: GRPO" in page and "data-launch-recommended" not in page
+    # 20% invalid outputs: a prompt change first; sometimes right with a verifier: GRPO.
+    assert "Recommended next: a prompt change" in page and "data-launch=" not in page
+    assert re.findall(r'<li data-option="(\w+)">', page) == ["prompt", "grpo"]
     client.force_login(make_user(Role.TRAINER))
     page = client.get(url).content.decode()
-    launch = re.search(r'<a class="button primary" href="([^"]+)" data-launch-recommended>Launch GRPO</a>', page)
+    launch = re.search(r'<a class="button" href="([^"]+)" data-launch="grpo">Launch GRPO</a>', page)
     assert launch and launch.group(1).startswith(reverse("training:job_new") + "?kind=grpo")
     assert f"heldout_snapshot={eval_run.snapshot_id}" in launch.group(1)
 
