@@ -63,7 +63,7 @@ from trainer.rollout import (
 )
 from trainer.spec.adapters import verify_adapter
 from trainer.spec.config import SpecError, config_from_json
-from trainer.spec.decision import Decision, decide, flip_rows, mcnemar, paired  # noqa: F401  (mcnemar: re-exported)
+from trainer.spec.decision import Decision, decide, flip_rows, paired
 from trainer.spec.environments import EpisodeBudget
 from trainer.spec.eval import SamplingConfig, safety_policy
 from trainer.spec.gate import GateConfig

@@ -13,9 +13,10 @@ from tests.trainer.tiny_model import REPO_ROOT, TINY_MODEL, TINY_TASKS, tiny_mod
 from trainer.adapters import save_adapter
 from trainer.contracts import RunSpec, Task, TaskMetadata
 from trainer.evaluate import Evaluation, evaluate_tasks
-from trainer.gate import Decision, decide, gate_tasks, interleaved, mcnemar
+from trainer.gate import gate_tasks, interleaved
 from trainer.rollout import Generation, GenerationHooks
 from trainer.spec.config import SpecError, config_from_json
+from trainer.spec.decision import Decision, decide, mcnemar
 from trainer.spec.eval import SamplingConfig
 from trainer.spec.gate import GateConfig as Config
 from trainer.spec.gate import Policy

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.flywheel.registry.conftest import write_gate_file
-from trainer.gate import HELDOUT, REGRESSION, decide, model_report, task_flips
+from trainer.gate import HELDOUT, REGRESSION, model_report, task_flips
+from trainer.spec.decision import decide
 from trainer.spec.gate import Policy
 
 
