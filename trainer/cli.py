@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
             "trainer.mine")
     add_job(sub, "replay", "answer a failing step's conversation again with a version and score both answers",
             "trainer.replay")
+    add_job(sub, "judge", "score trajectories or answers against the agent's rubric with a local judge model",
+            "trainer.judge")
     add_serve(sub)
     add_chat_template(sub)
     add_models(sub)
