@@ -98,3 +98,18 @@ def test_a_judge_runs_end_to_end_on_the_tiny_model(tmp_path, capfd):
     for line in lines:  # the tiny model's words are noise: what matters is that each reply is read, not guessed
         assert line["raw"].startswith("Score:") and line["reason"]
         assert (line["score"] is None) == (line["passed"] is None)
+
+
+def test_grpo_accepts_the_judge_as_its_reward_in_its_config_but_refuses_to_run_it_yet(tmp_path, capfd):
+    from trainer import grpo
+    from trainer.spec.config import SpecError, config_from_json
+    from trainer.spec.grpo import GrpoConfig
+
+    assert config_from_json(GrpoConfig, {"reward": "judge"}, "grpo").reward == "judge"
+    with pytest.raises(SpecError, match="unknown reward"):
+        config_from_json(GrpoConfig, {"reward": "vibes"}, "grpo")
+    spec = json.loads(write_spec(tmp_path, ITEMS).read_text())
+    (tmp_path / "run.json").write_text(json.dumps({**spec, "kind": "grpo", "hyperparameters": {"reward": "judge"}}))
+    code = run_job(tmp_path / "run.json", "grpo", grpo.run)
+    error = json.loads(capfd.readouterr().out.splitlines()[-1])
+    assert code == EXIT_FAILED and "not implemented in the trainer's GRPO yet" in error["message"]
