@@ -202,7 +202,10 @@ def test_launching_from_the_page_queues_a_judge_job_and_a_refusal_is_shown(clien
     assert refused.status_code == 400 and "no output of this run is marked" in refused.content.decode()
     mark(judged_run, trainer, 2)
     assert client.post(url).status_code == 302
-    assert Job.objects.get().kind == JobKind.JUDGE
+    job = Job.objects.get()
+    assert job.kind == JobKind.JUDGE
+    job_page = client.get(reverse("training:job_detail", args=[job.pk]))
+    assert job_page.status_code == 200 and "Judge" in job_page.content.decode()
 
 
 def test_a_viewer_cannot_launch_the_judge(client, judged_run, make_user):
