@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
             "trainer.replay")
     add_job(sub, "synth", "paraphrase seed tasks' requests with a local model and screen the variants",
             "trainer.synth")
+    add_job(sub, "judge", "score trajectories or answers against the agent's rubric with a local judge model",
+            "trainer.judge")
     add_serve(sub)
     add_chat_template(sub)
     add_models(sub)

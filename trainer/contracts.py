@@ -260,7 +260,7 @@ class Verdict:
 
 # --- The job protocol (DESIGN.md): a RunSpec in, one event per line out -------------------
 
-JOB_KINDS = ("eval", "sft", "dpo", "grpo", "gate", "mine", "replay", "synth")
+JOB_KINDS = ("eval", "sft", "dpo", "grpo", "gate", "mine", "replay", "synth", "judge")
 # The worker names its pid here so that a trainer whose worker died before it started stops at once.
 PARENT_PID_ENV = "FLYWHEEL_PARENT_PID"
 

@@ -1,4 +1,5 @@
-"""Django admin for reward profiling: read-only, since runs, scores and marks are written by `services`.
+"""Django admin for reward profiling: read-only (runs, scores, marks, judgements are written by `services`),
+but for each agent's judge settings, which the team edits here.
 
 Runs are made and re-verified on the rewards pages, where each write is validated and audited;
 here admins can look rows up and follow their links.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from flywheel.rewards.models import Mark, ProfiledOutput, ProfileRun
+from flywheel.rewards.models import AgentJudge, Judgement, JudgeRun, Mark, ProfiledOutput, ProfileRun
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -42,3 +43,23 @@ class MarkAdmin(ReadOnlyAdmin):
     list_display = ["output", "reviewer", "verdict", "updated_at"]
     list_filter = ["verdict"]
     raw_id_fields = ["output", "reviewer"]
+
+
+@admin.register(AgentJudge)
+class AgentJudgeAdmin(admin.ModelAdmin):
+    """Editable: the team sets each agent's judge model, rubric and agreement threshold here (validated by `clean`)."""
+
+    list_display = ["agent", "base_model", "adapter", "agreement_threshold"]
+    raw_id_fields = ["agent"]
+
+
+@admin.register(JudgeRun)
+class JudgeRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "job", "base_model", "created_at"]
+    raw_id_fields = ["run", "job", "created_by"]
+
+
+@admin.register(Judgement)
+class JudgementAdmin(ReadOnlyAdmin):
+    list_display = ["judge_run", "output", "score", "passed"]
+    raw_id_fields = ["judge_run", "output"]

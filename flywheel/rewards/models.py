@@ -5,6 +5,10 @@ optionally an environment. A root run samples its outputs (from an uploaded outp
 from ingested trajectories); a re-verify run has a `parent` and copies the parent's outputs
 verbatim (same text, same hash, `origin` pointing at the first row), so two runs of one root
 always score exactly the same outputs. Marks say whether a person agrees with a score.
+
+The LLM judge (`AgentJudge`, one per agent) is measured here before it may be trusted: a
+`JudgeRun` has the judge score a run's marked outputs (a `judge` job) and keeps a `Judgement`
+per output, which the selectors compare with the reviewers' labels.
 """
 
 from __future__ import annotations
@@ -12,10 +16,13 @@ from __future__ import annotations
 import json
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
-from flywheel.core.models import UUIDModel
+from flywheel.core.models import Agent, UUIDModel
 from flywheel.datasets.models import RegressionTask, SnapshotItem, TaskSetSnapshot
+from trainer.contracts import ContractError
+from trainer.verifiers.judge import DEFAULT_RUBRIC, Rubric
 
 
 class OutputSource(models.TextChoices):
@@ -139,3 +146,83 @@ class Mark(models.Model):
 
     def __str__(self) -> str:
         return f"{self.output_id}: {self.verdict}"
+
+
+# --- the LLM judge: its settings per agent, its runs over marked outputs, its judgements ---------------
+
+
+def default_rubric() -> dict[str, object]:
+    return DEFAULT_RUBRIC.to_json()
+
+
+class AgentJudge(models.Model):
+    """An agent's LLM judge: the model that judges, the rubric it judges by, and the agreement the team asks of it.
+
+    Edited in the Django admin. The judge may serve as a training reward only once its agreement
+    with reviewers' labels reaches `agreement_threshold` on at least `MIN_LABELS` labelled outputs,
+    measured with this very model and rubric (`selectors.judge_approval`).
+    """
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="judge")
+    base_model = models.CharField(max_length=500, default="demo", help_text="A local folder, a .gguf file or 'demo'.")
+    adapter = models.CharField(max_length=500, blank=True, help_text="An optional LoRA adapter folder for the judge.")
+    rubric = models.JSONField(
+        default=default_rubric,
+        help_text="criteria, pass_means, scale_max (integer), pass_score (0-1]: trainer.verifiers.judge.Rubric.",
+    )
+    agreement_threshold = models.FloatField(
+        default=0.8, help_text="The share of labelled outputs the judge must agree with to be used as a reward."
+    )
+
+    def __str__(self) -> str:
+        return f"judge of {self.agent}"
+
+    def clean(self) -> None:
+        try:
+            Rubric.from_json(self.rubric if isinstance(self.rubric, dict) else {})
+        except ContractError as error:
+            raise ValidationError({"rubric": str(error)}) from None
+        if not 0.0 < self.agreement_threshold <= 1.0:
+            raise ValidationError({"agreement_threshold": "the threshold is a share in (0, 1]"})
+
+
+class JudgeRun(models.Model):
+    """One judging of a profile run's labelled outputs by the agent's judge, through a `judge` job.
+
+    The model, adapter and rubric are copied from the agent's judge when it is launched, so a later
+    change to the judge never passes for a measurement of it.
+    """
+
+    run = models.ForeignKey(ProfileRun, on_delete=models.CASCADE, related_name="judge_runs")
+    job = models.OneToOneField("training.Job", on_delete=models.PROTECT, related_name="judge_run")
+    base_model = models.CharField(max_length=500)
+    adapter = models.CharField(max_length=500, blank=True)
+    rubric = models.JSONField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"judge {self.base_model} on {self.run} · {str(self.pk)[:8]}"
+
+
+class Judgement(models.Model):
+    """The judge's verdict on one output: score in [0, 1] (null: unreadable reply), passed, reason, raw reply."""
+
+    judge_run = models.ForeignKey(JudgeRun, on_delete=models.CASCADE, related_name="judgements")
+    output = models.ForeignKey(ProfiledOutput, on_delete=models.CASCADE, related_name="judgements")
+    score = models.FloatField(null=True, blank=True)
+    passed = models.BooleanField(null=True, blank=True)
+    reason = models.TextField()
+    raw = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["judge_run", "output__position"]
+        constraints = [models.UniqueConstraint(fields=["judge_run", "output"], name="judgement_one_per_output")]
+
+    def __str__(self) -> str:
+        return f"{self.output_id}: {self.score}"

@@ -5,6 +5,10 @@ with the score. The outputs list puts disagreements first, then outputs nobody m
 then agreed ones, so a reviewer sees the doubtful scores first. A comparison pairs the rows of
 two runs of the same root by the output they share and shows what changed and why.
 
+The LLM judge's report (`judge_report`) sets its judgements of a run's outputs against the
+reviewers' labels (a mark that agrees keeps the score's pass/fail, one that disagrees flips it);
+`judge_approval` says whether an agent's judge may be a training reward.
+
 Runs are read through `run_visible`: those whose snapshot's agent the viewer may see (runs on a
 snapshot of no agent: all-agents users only); the per-run reads take a run read that way.
 """
@@ -20,10 +24,13 @@ from uuid import UUID
 from django.contrib.auth.models import User
 from django.db.models import Avg, Case, Count, IntegerField, Prefetch, Q, QuerySet, Value, When
 
+from flywheel.core.models import Agent
 from flywheel.core.selectors import agents_filter
-from flywheel.rewards.models import Mark, MarkVerdict, ProfiledOutput, ProfileRun
+from flywheel.rewards.models import AgentJudge, Judgement, JudgeRun, Mark, MarkVerdict, ProfiledOutput, ProfileRun
+from flywheel.training.models import JobState
 from flywheel.triage.models import AgentPolicy
 from trainer.verifiers.base import UNPARSEABLE_REASON
+from trainer.verifiers.judge import JudgeAgreement, judge_agreement
 from trainer.verifiers.safety import SafetyPolicy
 
 UNCHANGED = 1e-9
@@ -251,3 +258,106 @@ def run_comparison(*, base: ProfileRun, other: ProfileRun) -> Comparison:
             comparison.rows.append(ComparedOutput(match, row, list(match.marks.all())))
     comparison.rows.sort(key=lambda pair: (not pair.changed, -abs(pair.delta), pair.other.position))
     return comparison
+
+
+# --- the LLM judge: reviewers' labels, the judge's agreement with them, approval as a reward -------------
+
+MIN_LABELS = 50  # the guide: "run the reward on 50-100 outputs and check the scores by hand"
+
+
+def judge_settings(*, agent: Agent) -> AgentJudge:
+    """The agent's judge as the team set it in the admin; the defaults (unsaved) where nobody has yet."""
+    return AgentJudge.objects.filter(agent=agent).first() or AgentJudge(agent=agent)
+
+
+def reviewer_labels(*, run: ProfileRun) -> dict[int, bool]:
+    """Each marked output's pass/fail as its reviewers say, by output id.
+
+    A mark agrees or disagrees with the verifier's pass/fail, so it gives the reviewer's own
+    label: the score's when they agree, the other when not. Several reviewers: the majority;
+    a tie is no label (the reviewers themselves disagree).
+    """
+    votes: dict[int, int] = defaultdict(int)
+    passed: dict[int, bool] = {}
+    for output_id, output_passed, verdict in Mark.objects.filter(output__run=run).values_list(
+        "output_id", "output__passed", "verdict"
+    ):
+        passed[output_id] = output_passed
+        votes[output_id] += 1 if verdict == MarkVerdict.AGREE else -1
+    return {output_id: passed[output_id] == (vote > 0) for output_id, vote in votes.items() if vote != 0}
+
+
+@dataclass(frozen=True)
+class JudgeDisagreement:
+    output: ProfiledOutput
+    label: bool
+    judgement: Judgement
+
+
+@dataclass(frozen=True)
+class JudgeReport:
+    """A run's latest judge run set against the reviewers' labels of the outputs it judged."""
+
+    judge_run: JudgeRun | None
+    labelled: int  # outputs of the run with a reviewer label now
+    agreement: JudgeAgreement | None  # None until a judge run has succeeded
+    disagreements: list[JudgeDisagreement]
+
+    @property
+    def enough_labels(self) -> bool:
+        return self.agreement is not None and self.agreement.n >= MIN_LABELS
+
+
+def judge_run_latest(*, run: ProfileRun) -> JudgeRun | None:
+    return run.judge_runs.select_related("job").first()
+
+
+def judge_report(*, run: ProfileRun) -> JudgeReport:
+    """The latest judge run's agreement with the labels as they are now, and its disagreements in sample order.
+
+    Outputs labelled after the judge ran are not counted: the judge never saw them.
+    """
+    labels = reviewer_labels(run=run)
+    judge_run = judge_run_latest(run=run)
+    if judge_run is None or judge_run.job.state != JobState.SUCCEEDED:
+        return JudgeReport(judge_run, len(labels), None, [])
+    judgements = [row for row in judge_run.judgements.select_related("output__task") if row.output_id in labels]
+    result = judge_agreement([(row.passed, labels[row.output_id]) for row in judgements])
+    disagreements = [JudgeDisagreement(row.output, labels[row.output_id], row)
+                     for row in judgements if row.passed != labels[row.output_id]]  # fmt: skip
+    return JudgeReport(judge_run, len(labels), result, disagreements)
+
+
+@dataclass(frozen=True)
+class JudgeApproval:
+    """Whether the agent's judge may be a training reward, and why (a sentence naming the figures)."""
+
+    approved: bool
+    reason: str
+    threshold: float
+    agreement: JudgeAgreement | None = None
+
+
+def judge_approval(*, agent: Agent) -> JudgeApproval:
+    """Approved when the agent's judge, this very model and rubric, agreed with reviewers on >= MIN_LABELS
+    labelled outputs at a rate of at least the agent's threshold, in its latest measurement."""
+    judge = judge_settings(agent=agent)
+    threshold = judge.agreement_threshold
+    measured = (
+        JudgeRun.objects.filter(run__snapshot__agent=agent, job__state=JobState.SUCCEEDED, base_model=judge.base_model,
+                                adapter=judge.adapter, rubric=judge.rubric)
+        .select_related("run").order_by("-created_at").first()
+    )  # fmt: skip
+    if measured is None:
+        return JudgeApproval(False, f"the judge of {agent.name} has not been measured against reviewers' marks "
+                                    "with its current model and rubric", threshold)  # fmt: skip
+    report = judge_report(run=measured.run)
+    result = report.agreement if report.judge_run == measured else None
+    if result is None or result.rate is None or result.n < MIN_LABELS:
+        n = result.n if result else 0
+        return JudgeApproval(False, f"not enough labels: the judge was measured on {n} labelled outputs, "
+                                    f"{MIN_LABELS} are needed", threshold, result)  # fmt: skip
+    figures = f"agreement {result.rate.value:.1%} on {result.n} labelled outputs, threshold {threshold:.0%}"
+    if result.rate.value < threshold:
+        return JudgeApproval(False, f"the judge agrees too little with reviewers: {figures}", threshold, result)
+    return JudgeApproval(True, f"approved: {figures}", threshold, result)

@@ -9,6 +9,10 @@ verifier, policy or environment: it copies them verbatim and never generates any
 `mark_set` records a person's agree or disagree on one score. Every write is audited.
 Scoring runs in the request: the verifiers are torch-free and score a hundred outputs in
 milliseconds (the workbench sandbox in well under a second), so there is no job to queue.
+The LLM judge is the exception: it loads a model, so `judge_run_launch` queues a `judge` job
+(gpu queue) over the run's labelled outputs, and `judge_result_store` keeps its judgements when
+the job ends (`training.signals.job_finished`). `on_job_launching` refuses a GRPO launch whose
+reward is the judge while the judge is not approved (`selectors.judge_approval`).
 """
 
 from __future__ import annotations
@@ -26,19 +30,23 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.models import SnapshotItem, TaskSetSnapshot
 from flywheel.ingest.models import Step, StepKind
-from flywheel.rewards.models import Mark, MarkVerdict, OutputSource, ProfiledOutput, ProfileRun
-from flywheel.training.models import EvalRun
+from flywheel.rewards.models import Judgement, JudgeRun, Mark, MarkVerdict, OutputSource, ProfiledOutput, ProfileRun
+from flywheel.rewards.selectors import judge_approval, judge_settings, reviewer_labels
+from flywheel.training.models import EvalRun, Job, JobKind, JobState
+from flywheel.training.services import LaunchRefused, job_launch
 from flywheel.triage.services import policy_validate
-from trainer.contracts import ContractError, Task
+from trainer.contracts import ContractError, Task, read_json_lines
 from trainer.environments import environment_names, make_environment
 from trainer.environments.batch import judge_outputs
 from trainer.environments.workbench import WorkbenchDataMissing
 from trainer.verifiers import get_verifier, verifier_names
 from trainer.verifiers.base import Completion
 from trainer.verifiers.batch import read_outputs
+from trainer.verifiers.judge import JudgeItem
 from trainer.verifiers.safety import SafetyPolicy
 
 SAMPLE_MIN = 1
@@ -359,3 +367,78 @@ def mark_set(*, actor: User, output: ProfiledOutput, verdict: str, note: str = "
     data = {"output": output.pk, "task": output.task_ref, "verdict": verdict, "reward": output.reward}
     audit_record(actor=actor, action="reward_mark.set", target=output.run, data=data)
     return mark
+
+
+# --- the LLM judge ------------------------------------------------------------------------------------
+
+
+def judge_item(output: ProfiledOutput) -> dict[str, Any]:
+    """One judge item (`trainer.spec.judge`): the task's conversation and the output as the answer to grade."""
+    answer = output.output
+    if isinstance(answer, list):  # a list of calls: as the assistant message that made them
+        answer = {"role": "assistant", "content": None, "tool_calls": answer}
+    return JudgeItem(id=str(output.pk), messages=output.item.content["messages"], answer=answer).to_json()
+
+
+@transaction.atomic
+def judge_run_launch(*, actor: User, run: ProfileRun) -> JudgeRun:
+    """Have the agent's judge score the run's outputs that reviewers labelled, as a `judge` job on the gpu queue."""
+    agent = run.snapshot.agent
+    if agent is None:
+        raise ProfileRefused("this run's snapshot belongs to no agent, and a judge is an agent's")
+    labels = reviewer_labels(run=run)
+    if not labels:
+        raise ProfileRefused("no output of this run is marked yet: the judge is measured against reviewers' marks")
+    judge = judge_settings(agent=agent)
+    outputs = run.outputs.filter(pk__in=labels).select_related("item").order_by("position")
+    try:
+        job = job_launch(
+            actor=actor, kind="judge", snapshot=None, base_model=judge.base_model, adapter=judge.adapter, agent=agent,
+            hyperparameters={"rubric": judge.rubric}, cases=[judge_item(output) for output in outputs],
+        )  # fmt: skip
+    except LaunchRefused as error:
+        raise ProfileRefused(str(error)) from None
+    judge_run = JudgeRun.objects.create(run=run, job=job, base_model=judge.base_model, adapter=judge.adapter,
+                                        rubric=judge.rubric, created_by=actor)  # fmt: skip
+    audit_record(actor=actor, action="judge.launch", target=judge_run, data={"outputs": len(labels)})
+    return judge_run
+
+
+@transaction.atomic
+def judge_result_store(*, job: Job) -> int:
+    """Store a succeeded judge job's judgements on its judge run's outputs, once; how many were stored."""
+    judge_run = JudgeRun.objects.select_for_update().filter(job=job).first()
+    if judge_run is None or job.state != JobState.SUCCEEDED or judge_run.judgements.exists():
+        return 0
+    outputs = set(judge_run.run.outputs.values_list("pk", flat=True))
+    rows = []
+    for line in read_json_lines(job.result["results"]):
+        output_id = int(line["id"])
+        if output_id in outputs:
+            rows.append(Judgement(judge_run=judge_run, output_id=output_id, score=line["score"],
+                                  passed=line["passed"], reason=line["reason"], raw=line["raw"]))  # fmt: skip
+    Judgement.objects.bulk_create(rows)
+    return len(rows)
+
+
+def on_job_finished(sender: object, job: Job, **kwargs: Any) -> None:
+    """`job_finished` receiver: keep a judge job's judgements; a results file that cannot be read is logged."""
+    if job.kind != JobKind.JUDGE:
+        return
+    try:
+        with transaction.atomic():
+            judge_result_store(job=job)
+    except (OSError, KeyError, ValueError, TypeError, ContractError) as error:
+        audit_record(actor=None, action="judge.store_failed", target=job, data={"error": str(error)[:1000]})
+
+
+def on_job_launching(sender: object, kind: str, agent: Agent | None, hyperparameters: dict[str, Any],
+                     **kwargs: Any) -> None:  # fmt: skip
+    """`job_launching` receiver: a GRPO launch with the judge as its reward needs the agent's judge approved."""
+    if kind != JobKind.GRPO or hyperparameters.get("reward") != "judge":
+        return
+    if agent is None:
+        raise LaunchRefused("the judge reward is an agent's judge: launch on a snapshot of an agent")
+    approval = judge_approval(agent=agent)
+    if not approval.approved:
+        raise LaunchRefused(f"the judge is not approved as a training reward: {approval.reason}")

@@ -11,4 +11,6 @@ urlpatterns = [
     path("<uuid:run_id>/outputs/<int:output_id>/mark/", views.output_mark, name="output_mark"),
     path("<uuid:run_id>/reverify/", views.run_reverify, name="run_reverify"),
     path("<uuid:run_id>/compare/", views.run_compare, name="run_compare"),
+    path("<uuid:run_id>/judge/", views.run_judge, name="run_judge"),
+    path("<uuid:run_id>/judge/launch/", views.run_judge_launch, name="run_judge_launch"),
 ]

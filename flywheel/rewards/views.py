@@ -1,7 +1,7 @@
-"""Pages of the rewards app: runs, a new run, a run's profile with marks, re-verify, comparison.
+"""Pages of the rewards app: runs, a new run, a run's profile with marks, re-verify, comparison, the judge.
 
-Viewing needs Perm.VIEW. Creating and re-verifying runs and marking scores need
-Perm.LAUNCH_JOBS: profiling a reward is the trainer's check before a training job, and the
+Viewing needs Perm.VIEW. Creating and re-verifying runs, marking scores and launching the judge
+need Perm.LAUNCH_JOBS: profiling a reward is the trainer's check before a training job, and the
 permission matrix gives each endpoint one permission.
 """
 
@@ -153,6 +153,33 @@ def run_compare(request: AuthedRequest, run_id: UUID) -> HttpResponse:
         "before": selectors.run_summary(run=base), "after": selectors.run_summary(run=other),
     }  # fmt: skip
     return render(request, "rewards/run_compare.html", context)
+
+
+@permission_required(Perm.VIEW)
+def run_judge(request: AuthedRequest, run_id: UUID) -> HttpResponse:
+    """The judge's agreement with the reviewers' labels of this run, its disagreements, and whether it is approved."""
+    run = _run(request, run_id)
+    agent = run.snapshot.agent
+    context = {
+        "run": run, "report": selectors.judge_report(run=run), "min_labels": selectors.MIN_LABELS,
+        "judge": selectors.judge_settings(agent=agent) if agent else None,
+        "approval": selectors.judge_approval(agent=agent) if agent else None,
+        "can_launch": request.user.has_perm(Perm.LAUNCH_JOBS), "error": "",
+    }  # fmt: skip
+    return render(request, "rewards/run_judge.html", context)
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+@require_POST
+def run_judge_launch(request: AuthedRequest, run_id: UUID) -> HttpResponse:
+    run = _run(request, run_id)
+    try:
+        services.judge_run_launch(actor=request.user, run=run)
+    except services.ProfileRefused as error:
+        context = {"run": run, "report": selectors.judge_report(run=run), "min_labels": selectors.MIN_LABELS,
+                   "judge": None, "approval": None, "can_launch": True, "error": str(error)}  # fmt: skip
+        return render(request, "rewards/run_judge.html", context, status=400)
+    return redirect("rewards:run_judge", run_id=run.id)
 
 
 def _uuid_or_none(text: str) -> UUID | None:

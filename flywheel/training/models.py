@@ -1,9 +1,11 @@
-"""Jobs that run trainer (eval, sft, dpo, grpo, gate, mine, replay, synth), what they report as they run, and
-eval results.
+"""Jobs that run trainer (eval, sft, dpo, grpo, gate, mine, replay, synth, judge), what they report as they run,
+and eval results.
 
-Every kind but `replay` runs on a task snapshot. A replay answers a failing step's conversation
-again (the registry's `Replay` launches it): its one case is carried by the job itself (`cases`),
-since a trajectory cut at its failing step is not a regression task and must not become one.
+Every kind but `replay` and `judge` runs on a task snapshot. A replay answers a failing step's
+conversation again (the registry's `Replay` launches it): its one case is carried by the job
+itself (`cases`), since a trajectory cut at its failing step is not a regression task and must
+not become one. A judge job (the rewards app's `JudgeRun` launches it) carries the items its
+judge model scores (`trainer.spec.judge`) the same way.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ class JobKind(models.TextChoices):
     MINE = "mine", "Hard-task mining"
     REPLAY = "replay", "Replay"
     SYNTH = "synth", "Synthetic variants"
+    JUDGE = "judge", "Judge"
 
 
 # The kinds that train an adapter (the trainer's list): they need a train snapshot, resume from an
 # earlier attempt's checkpoint, and the registry registers what they produce.
 TRAINING_KINDS = tuple(JobKind(kind) for kind in trainer_kinds.TRAINING_KINDS)
 # The kinds that run on the cases the job carries instead of a snapshot.
-CASE_KINDS = (JobKind.REPLAY,)
+CASE_KINDS = (JobKind.REPLAY, JobKind.JUDGE)
 
 
 class JobState(models.TextChoices):
@@ -56,7 +59,8 @@ class Job(UUIDModel, TimestampedModel):
     )  # fmt: skip
     cases = models.JSONField(
         default=list, blank=True,
-        help_text="What a replay answers, instead of a snapshot: replay cases (trainer.spec.replay) as JSON.",
+        help_text="What a replay answers or a judge scores, instead of a snapshot: replay cases "
+                  "(trainer.spec.replay) or judge items (trainer.spec.judge) as JSON.",
     )  # fmt: skip
     heldout_snapshot = models.ForeignKey(
         TaskSetSnapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="heldout_jobs",
@@ -94,7 +98,7 @@ class Job(UUIDModel, TimestampedModel):
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["state", "heartbeat_at"], name="job_state_heartbeat")]
         constraints = [
-            # A replay carries its cases; every other kind runs on a snapshot.
+            # A replay or a judge job carries its cases; every other kind runs on a snapshot.
             models.CheckConstraint(
                 condition=models.Q(kind__in=[kind.value for kind in CASE_KINDS], snapshot__isnull=True)
                 | (~models.Q(kind__in=[kind.value for kind in CASE_KINDS]) & models.Q(snapshot__isnull=False)),

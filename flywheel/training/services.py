@@ -39,7 +39,7 @@ from flywheel.training.models import (
     MetricPoint,
     Sample,
 )
-from flywheel.training.signals import job_finished
+from flywheel.training.signals import job_finished, job_launching
 from trainer.contracts import (
     CheckpointEvent,
     ContractError,
@@ -54,10 +54,13 @@ from trainer.contracts import (
 from trainer.spec.config import SpecError, config_from_json
 from trainer.spec.kinds import config_class
 from trainer.spec.replay import ReplayCase
+from trainer.verifiers.judge import JudgeItem
 
 # The kinds trainer runs today.
-RUNNABLE_KINDS = (JobKind.EVAL, JobKind.SFT, JobKind.DPO, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY,
-                  JobKind.SYNTH)  # fmt: skip
+RUNNABLE_KINDS = (
+    JobKind.EVAL, JobKind.SFT, JobKind.DPO, JobKind.GRPO, JobKind.GATE, JobKind.MINE, JobKind.REPLAY, JobKind.SYNTH,
+    JobKind.JUDGE,
+)  # fmt: skip
 LOG_TAIL_LINES = 200
 
 
@@ -79,7 +82,10 @@ def job_launch(
     regression_snapshot: TaskSetSnapshot | None = None,
     cases: list[dict[str, Any]] | None = None,
 ) -> Job:
-    """Queue a job: on `snapshot`, or for a replay on the `cases` it carries (`trainer.spec.replay`)."""
+    """Queue a job: on `snapshot`, or for a replay or a judge job on the `cases` it carries (`trainer.spec`).
+
+    A `job_launching` receiver may refuse the launch with a LaunchRefused, before anything is saved.
+    """
     if kind not in RUNNABLE_KINDS:
         raise LaunchRefused(f"{kind!r} jobs cannot run; runnable kinds: {', '.join(RUNNABLE_KINDS)}")
     if not base_model.strip():
@@ -93,6 +99,8 @@ def job_launch(
     owner = agent or (snapshot.agent if snapshot else None)
     hyperparameters = _with_agent_environment(kind, hyperparameters or {}, owner)
     _check_hyperparameters(kind, hyperparameters)
+    # Higher apps veto what only they can judge (the rewards app: a GRPO reward from an unapproved judge).
+    job_launching.send(sender=Job, kind=kind, agent=owner, hyperparameters=hyperparameters)
     # (`_check_input` has refused these kinds without a snapshot.)
     if kind in TRAINING_KINDS and snapshot is not None:
         _check_training_snapshots(snapshot, heldout_snapshot)
@@ -158,7 +166,7 @@ def _check_synth_snapshots(snapshot: TaskSetSnapshot, heldout_snapshot: TaskSetS
 
 
 def _check_input(kind: str, snapshot: TaskSetSnapshot | None, cases: list[dict[str, Any]]) -> None:
-    """A replay carries its cases and no snapshot; every other kind runs on a snapshot and carries none."""
+    """A replay or a judge job carries its cases and no snapshot; every other kind runs on a snapshot, no cases."""
     if kind not in CASE_KINDS:
         if snapshot is None:
             raise LaunchRefused(f"a {kind} job runs on a snapshot: name one")
@@ -167,11 +175,12 @@ def _check_input(kind: str, snapshot: TaskSetSnapshot | None, cases: list[dict[s
         return
     if snapshot is not None or not cases:
         raise LaunchRefused(f"a {kind} job answers the cases it is given, not a snapshot")
+    read = ReplayCase.from_json if kind == JobKind.REPLAY else JudgeItem.from_json
     try:
         for case in cases:
-            ReplayCase.from_json(case)
+            read(case)
     except (ContractError, TypeError, AttributeError) as error:
-        raise LaunchRefused(f"a replay case is not valid: {error}") from None
+        raise LaunchRefused(f"a {kind} case is not valid: {error}") from None
 
 
 def _check_hyperparameters(kind: str, hyperparameters: dict[str, Any]) -> None:

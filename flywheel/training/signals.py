@@ -3,9 +3,14 @@
 `job_finished` is sent inside the transaction that brings a job to a finished state, whichever
 does: `job_finish` (its worker's end), `job_cancel` (a queued job cancelled) and the reaper giving up
 on a job whose worker was lost. The registry listens to register a succeeded training job's adapter
-and to close a gate or a replay (with its decision or answer, or with the job's error).
+and to close a gate or a replay (with its decision or answer, or with the job's error); the rewards
+app to store a judge job's judgements.
+
+`job_launching` is sent by `job_launch` before a job is saved; a receiver refuses the launch by
+raising `services.LaunchRefused` (the rewards app refuses a GRPO reward from an unapproved judge).
 """
 
 from django.dispatch import Signal
 
 job_finished = Signal()  # kwargs: job
+job_launching = Signal()  # kwargs: kind, agent (or None), hyperparameters

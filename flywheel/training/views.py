@@ -120,8 +120,8 @@ def _live_context(job: Job) -> dict[str, object]:
         "eval_report": selectors.eval_report(run=eval_run) if eval_run else None,
         "mining": mining,
         "mined_launch_url": _mined_launch_url(job, mining.snapshot) if mining and mining.snapshot else None,
-        # Evaluations, mining and replays report once, at the end: their results replace training curves.
-        "has_charts": job.kind not in (JobKind.EVAL, JobKind.MINE, JobKind.REPLAY),
+        # Evaluations, mining, replays and judge runs report once, at the end: their results replace training curves.
+        "has_charts": job.kind not in (JobKind.EVAL, JobKind.MINE, JobKind.REPLAY, JobKind.JUDGE),
     }
 
 

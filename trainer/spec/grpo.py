@@ -27,6 +27,8 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
 GENERATIONS = ("transformers", "vllm")
 
+GRPO_REWARDS = ("verifier", "judge")
+
 
 @dataclass(frozen=True)
 class GrpoConfig(TrainingConfig):
@@ -35,6 +37,10 @@ class GrpoConfig(TrainingConfig):
     learning_rate: float = field(default=1e-5, metadata={"help": "Peak learning rate (above 0)."})
     verifier: str = field(default=DEFAULT_VERIFIER, metadata={
         "help": "Reward verifier: tool_call, binary, shaped or bfcl."})
+    reward: str = field(default="verifier", metadata={
+        "help": "Where the reward comes from: verifier (the verifier or environment) or judge (the agent's LLM "
+                "judge: the app launches it only once the judge's agreement with reviewers is approved; the "
+                "trainer does not run a judge reward yet and refuses it)."})
     eval_interval: int = field(default=10, metadata={
         "help": "Evaluate on the held-out tasks every this many steps; 0 for only at the start and the end."})
     checkpoint_interval: int = field(default=10, metadata={
@@ -81,6 +87,8 @@ class GrpoConfig(TrainingConfig):
             raise ValueError(f"unknown loss_type {self.loss_type!r}; known: {', '.join(LOSS_TYPES)}")
         if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
             raise ValueError(f"importance_sampling_level must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}")
+        if self.reward not in GRPO_REWARDS:
+            raise ValueError(f"unknown reward {self.reward!r}; known: {', '.join(GRPO_REWARDS)}")
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2: GRPO compares completions within a group")
         check_at_least(self, 1, "prompts_per_step", "max_steps", "num_iterations", "steps_per_generation")

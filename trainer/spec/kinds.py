@@ -11,6 +11,7 @@ from trainer.spec.dpo import DpoConfig
 from trainer.spec.eval import EvalConfig
 from trainer.spec.gate import GateConfig
 from trainer.spec.grpo import GrpoConfig
+from trainer.spec.judge import JudgeConfig
 from trainer.spec.mine import MineConfig
 from trainer.spec.replay import ReplayConfig
 from trainer.spec.sft import SftConfig
@@ -18,7 +19,7 @@ from trainer.spec.synth import SynthConfig
 
 CONFIGS: dict[str, type] = {
     "eval": EvalConfig, "sft": SftConfig, "dpo": DpoConfig, "grpo": GrpoConfig, "gate": GateConfig, "mine": MineConfig,
-    "replay": ReplayConfig, "synth": SynthConfig,
+    "replay": ReplayConfig, "synth": SynthConfig, "judge": JudgeConfig,
 }  # fmt: skip
 TRAINING_KINDS = tuple(kind for kind, config in CONFIGS.items() if issubclass(config, TrainingConfig))
 

@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 
+from flywheel.core.models import Agent
+from flywheel.core.services import agent_create
 from flywheel.datasets import importers
 from flywheel.datasets.models import Split, TaskSetSnapshot
 from flywheel.datasets.services import snapshot_create, tasks_import
+from flywheel.rewards import services
+from flywheel.rewards.models import OutputSource, ProfileRun
 from flywheel.rewards.services import Scoring
 from tests.conftest import REPO_ROOT
 from trainer.verifiers.safety import SafetyPolicy
@@ -122,3 +126,24 @@ def bfcl(tmp_path) -> TaskSetSnapshot:
 def bfcl_many(tmp_path) -> TaskSetSnapshot:
     """The first 120 real BFCL simple_python tasks: enough to sample 100 outputs from."""
     return bfcl_snapshot(bfcl_head(BFCL_MANY, tmp_path / "bfcl"))
+
+
+JUDGED_OUTPUTS = 50
+
+
+@pytest.fixture
+def judged_agent() -> Agent:
+    return agent_create(actor=None, name="judged-bot")
+
+
+@pytest.fixture
+def judged_run(judged_agent, tmp_path) -> ProfileRun:
+    """50 real BFCL tasks of the agent, each with an output scored by the tool_call verifier."""
+    path = bfcl_head(JUDGED_OUTPUTS, tmp_path / "bfcl")
+    tasks_import(
+        actor=None, candidates=importers.read(path, "bfcl"), split=Split.TRAIN, agent=judged_agent, source_ref="b"
+    )
+    snapshot = snapshot_create(actor=None, name="judged train", split=Split.TRAIN, agent=judged_agent)
+    return services.profile_create(actor=None, snapshot=snapshot, scoring=default_scoring(),
+                                   source_kind=OutputSource.UPLOAD, sample_size=JUDGED_OUTPUTS,
+                                   lines=outputs_lines(snapshot))  # fmt: skip
