@@ -1,9 +1,11 @@
-"""The `grpo` job: TRL's GRPOTrainer on a LoRA adapter, rewarded by a verifier or an environment.
+"""The `grpo` job: TRL's GRPOTrainer on a LoRA adapter, rewarded by a verifier, an environment or a judge.
 
 Each prompt is a train task rendered by the runtime's prompt function (the same text the
 evaluator and SFT use); its `num_generations` completions are scored by `TaskReward`: the
-verifier's reward (default `tool_call`), or with `environment: workbench` the sandbox's
-execution success, with every component logged on its own (`reward/<component>/mean|std`).
+verifier's reward (default `tool_call`), with `environment: workbench` the sandbox's execution
+success, or with `reward: judge` the judge model's score on its rubric (for tasks no program can
+check; an answer that breaks the safety policy gets -1 whatever the judge says), with every
+component logged on its own (`reward/<component>/mean|std`).
 The config is `trainer.spec.grpo.GrpoConfig`; what every training kind shares (LoRA, held-out
 evaluation, checkpoints, flags, events) is the skeleton in `trainer.training`.
 
@@ -25,17 +27,23 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trainer import training
 from trainer.callbacks import ProtocolCallback
-from trainer.contracts import DoneEvent, MetricEvent, RunSpec, SampleEvent, Task
+from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec, SampleEvent, Task
 from trainer.episodes import Episode
 from trainer.evaluate import execution_environment
 from trainer.grpo_episodes import EpisodeRollout
 from trainer.jobs import EventStream, StopFlag
+from trainer.judge import render_judge_prompt
 from trainer.lengths import answer_tokens, checked_limit
+from trainer.parsing import parse_tool_calls
 from trainer.prompts import render_prompt
+from trainer.rollout import GenerationHooks, Runtime, open_runtime
 from trainer.spec.config import SpecError
+from trainer.spec.eval import SamplingConfig
 from trainer.spec.grpo import GrpoConfig
 from trainer.spec.tasks import last_user_text
 from trainer.verifiers import SafetyPolicy, get_verifier
+from trainer.verifiers.judge import DEFAULT_MAX_TRANSCRIPT_CHARS, REPLY_PREFIX, JudgeItem, Judgement, Rubric, judgement
+from trainer.verifiers.safety import check_task_calls
 from trainer.verifiers.shaped import ShapedVerifier, episode_components
 
 
@@ -49,15 +57,44 @@ class Scored:
     messages: list[dict[str, Any]] | None = None  # an episode's turns as chat messages, for its samples
 
 
+class JudgeScorer:
+    """A judge model in this process: each answer, after its task's conversation, scored on the rubric.
+
+    Greedy, so one answer to one task always gets the same score within a run.
+    """
+
+    def __init__(self, runtime: Runtime, rubric: Rubric, sampling: SamplingConfig,
+                 max_chars: int = DEFAULT_MAX_TRANSCRIPT_CHARS) -> None:  # fmt: skip
+        self.runtime, self.rubric, self.sampling, self.max_chars = runtime, rubric, sampling, max_chars
+
+    @classmethod
+    def open(cls, config: GrpoConfig, seed: int) -> JudgeScorer:
+        runtime = open_runtime(config.judge_model, config.judge_adapter or None, "transformers", config.device, seed)
+        sampling = SamplingConfig(max_new_tokens=config.judge_max_new_tokens, temperature=0.0,
+                                  batch_size=config.num_generations, seed=seed)  # fmt: skip
+        return cls(runtime, config.parsed_judge_rubric(), sampling)
+
+    def judge(self, tasks: Sequence[Task], answers: Sequence[str]) -> list[Judgement]:
+        items = [JudgeItem(id=str(index), messages=task.messages, answer=answer)
+                 for index, (task, answer) in enumerate(zip(tasks, answers, strict=True))]  # fmt: skip
+        prompts = [render_judge_prompt(self.rubric, item, self.runtime.tokenizer, self.max_chars) for item in items]
+        replies = self.runtime.backend.generate(prompts, self.sampling, GenerationHooks())
+        return [judgement(item.id, REPLY_PREFIX + samples[0].text, self.rubric)
+                for item, samples in zip(items, replies, strict=True)]  # fmt: skip
+
+
 class TaskReward:
     """GRPO's reward function: each completion scored against its task, the batch kept for logs and samples."""
 
     __name__ = "task_reward"  # TRL names a reward function's metrics after it
 
-    def __init__(self, tasks: Sequence[Task], verifier: str, environment: str | None, policy: SafetyPolicy) -> None:
+    def __init__(self, tasks: Sequence[Task], verifier: str, environment: str | None, policy: SafetyPolicy,
+                 judge: JudgeScorer | None = None) -> None:  # fmt: skip
         self.tasks = {task.id: task for task in tasks}
+        self.policy = policy
         self.verifier = get_verifier(verifier, policy)
         self.environment = execution_environment(environment, policy)
+        self.judge = judge
         self.last_batch: list[Scored] = []
 
     def __call__(
@@ -67,6 +104,8 @@ class TaskReward:
         if episode is not None:
             return self._judged(episode)
         tasks = [self.tasks[identifier] for identifier in task_id]
+        if self.judge is not None:
+            return self._by_judge(tasks, completions)
         verdicts = self.verifier.verify(tasks, list(completions))
         batch = []
         for task, completion, verdict in zip(tasks, completions, verdicts, strict=True):
@@ -78,6 +117,19 @@ class TaskReward:
                 reward = judged.reward
                 components = {**judged.components, **{f"verifier_{k}": v for k, v in components.items()}}
             batch.append(Scored(task.id, completion, reward, components))
+        self.last_batch = batch
+        return [row.reward for row in batch]
+
+    def _by_judge(self, tasks: list[Task], completions: list[str]) -> list[float | None]:
+        """The judge's score of each answer; an unreadable reply scores 0, an unsafe answer -1."""
+        assert self.judge is not None
+        batch = []
+        for task, completion, verdict in zip(tasks, completions, self.judge.judge(tasks, completions), strict=True):
+            unsafe = bool(check_task_calls(self.policy, task, parse_tool_calls(completion).calls))
+            score = verdict.score if verdict.score is not None else 0.0
+            components = {"judge_score": score, "judge_unreadable": float(verdict.score is None),
+                          "unsafe": -1.0 if unsafe else 0.0}  # fmt: skip
+            batch.append(Scored(task.id, completion, -1.0 if unsafe else score, components))
         self.last_batch = batch
         return [row.reward for row in batch]
 
@@ -230,7 +282,12 @@ class GrpoRecipe(training.TaskInput):
 
     def prepare(self, setup: training.Setup[GrpoConfig]) -> None:
         config = setup.config
-        self.reward = TaskReward(setup.tasks, config.verifier, config.environment, setup.policy)
+        judge = None
+        if config.reward == "judge":
+            setup.events.emit(LogEvent(f"reward: the judge {config.judge_model}"
+                                       + (f" + adapter {config.judge_adapter}" if config.judge_adapter else "")))
+            judge = JudgeScorer.open(config, setup.spec.seed)
+        self.reward = TaskReward(setup.tasks, config.verifier, config.environment, setup.policy, judge)
         if config.max_turns > 1 and self.reward.environment is None:
             raise SpecError("GRPO on episodes (max_turns above 1) needs an environment to run the calls in")
 
@@ -273,7 +330,4 @@ class GrpoRecipe(training.TaskInput):
 
 def run(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     """The `grpo` job."""
-    if spec.hyperparameters.get("reward") == "judge":
-        # The app checks the judge's agreement before such a launch; the reward itself is not built yet.
-        raise SpecError("reward 'judge' is not implemented in the trainer's GRPO yet: use reward 'verifier'")
     return training.run(spec, events, stop, GrpoRecipe())

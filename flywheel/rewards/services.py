@@ -433,12 +433,15 @@ def on_job_finished(sender: object, job: Job, **kwargs: Any) -> None:
 
 
 def on_job_launching(sender: object, kind: str, agent: Agent | None, hyperparameters: dict[str, Any],
-                     **kwargs: Any) -> None:  # fmt: skip
-    """`job_launching` receiver: a GRPO launch with the judge as its reward needs the agent's judge approved."""
+                     **kwargs: Any) -> dict[str, Any] | None:  # fmt: skip
+    """`job_launching` receiver: a GRPO launch with the judge as its reward needs the agent's judge approved,
+    and gets that judge (the model, adapter and rubric the approval measured), whatever the launch named."""
     if kind != JobKind.GRPO or hyperparameters.get("reward") != "judge":
-        return
+        return None
     if agent is None:
         raise LaunchRefused("the judge reward is an agent's judge: launch on a snapshot of an agent")
     approval = judge_approval(agent=agent)
     if not approval.approved:
         raise LaunchRefused(f"the judge is not approved as a training reward: {approval.reason}")
+    judge = judge_settings(agent=agent)
+    return {"judge_model": judge.base_model, "judge_adapter": judge.adapter, "judge_rubric": judge.rubric}

@@ -98,9 +98,11 @@ def job_launch(
     _check_snapshot_kinds(kind, snapshot, heldout_snapshot, regression_snapshot)
     owner = agent or (snapshot.agent if snapshot else None)
     hyperparameters = _with_agent_environment(kind, hyperparameters or {}, owner)
+    # Higher apps veto or complete what only they know (the rewards app: a GRPO reward from the agent's judge).
+    for _, added in job_launching.send(sender=Job, kind=kind, agent=owner, hyperparameters=hyperparameters):
+        if isinstance(added, dict):
+            hyperparameters = {**hyperparameters, **added}
     _check_hyperparameters(kind, hyperparameters)
-    # Higher apps veto what only they can judge (the rewards app: a GRPO reward from an unapproved judge).
-    job_launching.send(sender=Job, kind=kind, agent=owner, hyperparameters=hyperparameters)
     # (`_check_input` has refused these kinds without a snapshot.)
     if kind in TRAINING_KINDS and snapshot is not None:
         _check_training_snapshots(snapshot, heldout_snapshot)

@@ -7,7 +7,9 @@ and to close a gate or a replay (with its decision or answer, or with the job's 
 app to store a judge job's judgements.
 
 `job_launching` is sent by `job_launch` before a job is saved; a receiver refuses the launch by
-raising `services.LaunchRefused` (the rewards app refuses a GRPO reward from an unapproved judge).
+raising `services.LaunchRefused`, or completes its hyperparameters by returning a dict of them (the
+rewards app refuses a GRPO reward from an unapproved judge, and names the approved judge's model,
+adapter and rubric).
 """
 
 from django.dispatch import Signal

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -11,11 +12,15 @@ import pytest
 
 from tests.trainer.tiny_model import EXTERNAL, REPO_ROOT, tiny_tasks
 from trainer import grpo
-from trainer.grpo import RedrawingGRPOTrainer, Scored, TaskReward
+from trainer.grpo import JudgeScorer, RedrawingGRPOTrainer, Scored, TaskReward
 from trainer.prompts import format_tool_calls, reference_calls
+from trainer.rollout import Generation
+from trainer.spec.eval import SamplingConfig
 from trainer.spec.grpo import GrpoConfig
+from trainer.spec.tasks import last_user_text
 from trainer.training import TrainingRun
 from trainer.verifiers import SafetyPolicy
+from trainer.verifiers.judge import DEFAULT_RUBRIC, Rubric
 
 DEFAULT = SafetyPolicy.default()
 
@@ -153,3 +158,63 @@ def test_a_batch_with_one_live_group_is_kept(monkeypatch):
 def test_the_tiny_spec_is_a_valid_grpo_config():
     spec = json.loads((REPO_ROOT / "trainer" / "examples" / "tiny_grpo.json").read_text())
     GrpoConfig(**spec["hyperparameters"])
+
+
+class WrittenScoreJudge:
+    """A judge runtime whose reply is the score written in the answer it reads (`score=N`), else no score."""
+
+    description = "scripted judge"
+
+    def __init__(self) -> None:
+        self.backend, self.tokenizer = self, self
+        self.prompts: list[str] = []
+
+    def apply_chat_template(self, chat, add_generation_prompt, tokenize):
+        return "|".join(f"{turn['role']}:{turn['content']}" for turn in chat) + "|assistant:"
+
+    def generate(self, prompts, sampling, hooks=None):
+        self.prompts = list(prompts)
+        replies = []
+        for prompt in prompts:
+            written = re.search(r"score=(\d+)", prompt)
+            reply = f" {written.group(1)}\nReason: as the answer says" if written else " I would rather not"
+            replies.append([Generation(reply, 40, 6, True, 0.0)])
+        return replies
+
+
+def judged_reward(policy: SafetyPolicy = DEFAULT) -> tuple[TaskReward, WrittenScoreJudge]:
+    runtime = WrittenScoreJudge()
+    scorer = JudgeScorer(runtime, Rubric.from_json(DEFAULT_RUBRIC.to_json()), SamplingConfig(temperature=0.0))
+    return TaskReward(tiny_tasks(), "tool_call", None, policy, scorer), runtime
+
+
+def test_with_the_judge_as_reward_each_answer_gets_its_own_judgements_score():
+    first, second = by_id("simple_python_0"), by_id("simple_python_1")
+    reward, runtime = judged_reward()
+    answers = ["done, score=9", "score=3 here", "nothing to say"]
+    values = reward([""] * 3, answers, [first.id, second.id, first.id])
+    assert values == [0.9, 0.3, 0.0]
+    assert [row.components["judge_unreadable"] for row in reward.last_batch] == [0.0, 0.0, 1.0]
+    # The judge read each answer after its own task's request.
+    assert last_user_text(first) in runtime.prompts[0] and last_user_text(second) in runtime.prompts[1]
+
+
+def test_an_answer_that_breaks_the_policy_gets_the_floor_whatever_the_judge_says():
+    task = by_id("simple_python_0")
+    tool = task.expected_calls[0].name
+    denying = SafetyPolicy.from_json({**DEFAULT.to_json(), "name": "no-" + tool, "denied_tools": [tool]})
+    reward, _ = judged_reward(denying)
+    values = reward([""] * 2, [right(task) + "\nscore=10", "I will not call it. score=10"], [task.id] * 2)
+    assert values == [-1.0, 1.0]
+    assert reward.last_batch[0].components["unsafe"] == -1.0
+
+
+@pytest.mark.parametrize(("knobs", "message"), [
+    ({"reward": "judge"}, "reward judge needs judge_model"),
+    ({"reward": "judge", "judge_model": "demo", "max_turns": 3, "environment": "workbench"},
+     "episodes (max_turns above 1) are judged by"),
+    ({"reward": "judge", "judge_model": "demo", "judge_rubric": {"criteria": ""}}, "judge_rubric:"),
+])
+def test_a_judge_reward_without_its_judge_is_refused(knobs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GrpoConfig(**knobs)

@@ -102,6 +102,19 @@ def test_grpo_reports_rewards_per_component_held_out_metrics_samples_and_checkpo
     verify_adapter(done["files"]["adapter_dir"])
 
 
+@pytest.mark.slow
+def test_grpo_with_the_judge_as_reward_loads_the_judge_and_logs_its_components(tmp_path, capfd):
+    spec = spec_file(tmp_path, "grpo", reward="judge", judge_model=str(TINY_MODEL), judge_max_new_tokens=4,
+                     max_steps=2, eval_interval=0, checkpoint_interval=0, dynamic_sampling_redraws=0)
+    code, events = run_in_process("grpo", spec, capfd)
+    assert code == 0, events[-1]
+    assert any(e["event"] == "log" and e["message"] == f"reward: the judge {TINY_MODEL}" for e in events)
+    # The tiny model's replies hold no score: each is read as unreadable and scored 0, never guessed.
+    unreadable = [e["value"] for e in events if e["event"] == "metric" and e["name"] == "reward/judge_unreadable/mean"]
+    assert unreadable == [1.0, 1.0]
+    assert events[-1]["event"] == "done" and events[-1]["metrics"]["steps"] == 2
+
+
 @pytest.mark.parametrize("checkpointing", [True, False])
 def test_grpo_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, monkeypatch, checkpointing):
     # The tiny random model's completions all score alike, which gives GRPO no advantage to follow;

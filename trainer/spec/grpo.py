@@ -18,9 +18,12 @@ refused rather than run:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from trainer.contracts import ContractError
 from trainer.spec.config import TrainingConfig, check_at_least
 from trainer.verifiers import DEFAULT_VERIFIER
+from trainer.verifiers.judge import DEFAULT_RUBRIC, Rubric
 
 LOSS_TYPES = ("dapo", "dr_grpo", "grpo")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -38,9 +41,15 @@ class GrpoConfig(TrainingConfig):
     verifier: str = field(default=DEFAULT_VERIFIER, metadata={
         "help": "Reward verifier: tool_call, binary, shaped or bfcl."})
     reward: str = field(default="verifier", metadata={
-        "help": "Where the reward comes from: verifier (the verifier or environment) or judge (the agent's LLM "
-                "judge: the app launches it only once the judge's agreement with reviewers is approved; the "
-                "trainer does not run a judge reward yet and refuses it)."})
+        "help": "Where the reward comes from: verifier (the verifier or environment) or judge (the judge model "
+                "scores each answer on its rubric; the app launches it only once the agent's judge agrees with "
+                "reviewers, and fills in judge_model, judge_adapter and judge_rubric)."})
+    judge_model: str = field(default="", metadata={
+        "help": "The judge's base model (reward judge): a local folder or 'demo'."})
+    judge_adapter: str = field(default="", metadata={"help": "The judge's LoRA adapter, if any (reward judge)."})
+    judge_rubric: dict[str, Any] = field(default_factory=DEFAULT_RUBRIC.to_json, metadata={
+        "help": "The judge's rubric (reward judge): criteria, pass_means, scale_max, pass_score."})
+    judge_max_new_tokens: int = field(default=64, metadata={"help": "Most tokens of the judge's reply."})
     eval_interval: int = field(default=10, metadata={
         "help": "Evaluate on the held-out tasks every this many steps; 0 for only at the start and the end."})
     checkpoint_interval: int = field(default=10, metadata={
@@ -89,6 +98,8 @@ class GrpoConfig(TrainingConfig):
             raise ValueError(f"importance_sampling_level must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}")
         if self.reward not in GRPO_REWARDS:
             raise ValueError(f"unknown reward {self.reward!r}; known: {', '.join(GRPO_REWARDS)}")
+        if self.reward == "judge":
+            self._check_judge()
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2: GRPO compares completions within a group")
         check_at_least(self, 1, "prompts_per_step", "max_steps", "num_iterations", "steps_per_generation")
@@ -101,6 +112,22 @@ class GrpoConfig(TrainingConfig):
         if not self.temperature > 0:
             raise ValueError("temperature must be above 0: GRPO needs varied completions")
         self._check_generation()
+
+    def _check_judge(self) -> None:
+        if not self.judge_model.strip():
+            raise ValueError("reward judge needs judge_model: the judge's base model")
+        if self.max_turns > 1:
+            raise ValueError("reward judge scores one answer per task; episodes (max_turns above 1) are judged by "
+                             "their environment")
+        check_at_least(self, 1, "judge_max_new_tokens")
+        try:
+            self.parsed_judge_rubric()
+        except ContractError as error:
+            raise ValueError(f"judge_rubric: {error}") from None
+
+    def parsed_judge_rubric(self) -> Rubric:
+        """The judge's rubric (reward judge)."""
+        return Rubric.from_json(self.judge_rubric)
 
     def _check_variant(self) -> None:
         if self.scale_rewards not in (None, *SCALE_REWARDS):

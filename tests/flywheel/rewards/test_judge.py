@@ -15,7 +15,7 @@ from django.urls import reverse
 from flywheel.core.roles import Role
 from flywheel.core.services import agent_create
 from flywheel.rewards import selectors, services
-from flywheel.rewards.models import AgentJudge, JudgeRun, ProfileRun
+from flywheel.rewards.models import AgentJudge, JudgeRun, ProfileRun, default_rubric
 from flywheel.training.models import Job, JobKind, JobState
 from flywheel.training.services import LaunchRefused, job_launch
 from trainer.verifiers.judge import judge_agreement
@@ -164,11 +164,17 @@ def test_a_grpo_launch_with_an_unapproved_judge_as_its_reward_is_refused_naming_
     assert grpo_launch(judged_run, trainer, "verifier").kind == JobKind.GRPO  # the verifier's reward needs no judge
 
 
-def test_a_grpo_launch_with_an_approved_judge_as_its_reward_is_queued(judged_run, judged_agent, make_user, tmp_path):
-    AgentJudge.objects.create(agent=judged_agent, agreement_threshold=0.8)
+def test_a_grpo_launch_with_an_approved_judge_as_its_reward_is_queued_with_that_judge(
+    judged_run, judged_agent, make_user, tmp_path
+):
+    rubric = {**default_rubric(), "criteria": "Refunds only after the user confirmed."}
+    AgentJudge.objects.create(agent=judged_agent, agreement_threshold=0.8, adapter="/adapters/judge-v2", rubric=rubric)
     measured(judged_run, make_user, tmp_path, labelled=50, agreeing=45)
     job = grpo_launch(judged_run, make_user(Role.TRAINER), "judge")
     assert job.hyperparameters["reward"] == "judge" and job.state == JobState.QUEUED
+    # The trainer runs the judge the approval measured, not one the launch names.
+    assert (job.hyperparameters["judge_model"], job.hyperparameters["judge_adapter"]) == ("demo", "/adapters/judge-v2")
+    assert job.hyperparameters["judge_rubric"] == rubric
 
 
 def test_the_agreement_figure_is_the_trainers_own(judged_run, make_user, tmp_path):
