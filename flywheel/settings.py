@@ -321,6 +321,9 @@ MONITOR_MIN_SAMPLES = env_int("MONITOR_MIN_SAMPLES", 30, minimum=2)
 MONITOR_CHECK_DELAY_SECONDS = env_int("MONITOR_CHECK_DELAY_SECONDS", 30, minimum=0)
 # One-sided significance level of the two-proportion test that opens a regression alert.
 MONITOR_ALPHA = 0.05
+# The `judge` online scorer: at most this many trajectories per judge job, and judge jobs per trajectory.
+MONITOR_JUDGE_BATCH = env_int("MONITOR_JUDGE_BATCH", 200, minimum=1)
+MONITOR_JUDGE_ATTEMPTS = env_int("MONITOR_JUDGE_ATTEMPTS", 3, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "reap-jobs": {"task": "flywheel.training.reaper.reap_jobs", "schedule": float(JOB_REAP_EVERY_SECONDS)},
     "sweep-uploads": {

@@ -58,7 +58,8 @@ def failing_step(steps: list[Step]) -> int:
     return calls[-1].index if calls else steps[-1].index
 
 
-def _messages(steps: list[Step]) -> list[dict[str, Any]]:
+def steps_messages(steps: list[Step]) -> list[dict[str, Any]]:
+    """The steps as OpenAI chat messages: parallel calls as one assistant message, results as tool messages."""
     messages: list[dict[str, Any]] = []
     for step in steps:
         if step.kind in (StepKind.SYSTEM, StepKind.USER, StepKind.ASSISTANT) and step.text:
@@ -89,7 +90,7 @@ def answer_message(step: Step) -> dict[str, Any] | None:
     """
     if step.kind not in (StepKind.TOOL_CALL, StepKind.ASSISTANT):
         return None
-    messages = _messages([step])
+    messages = steps_messages([step])
     return messages[0] if messages else None
 
 
@@ -120,12 +121,12 @@ def agent_turn(steps: list[Step], index: int) -> list[Step]:
 
 def turn_message(turn: list[Step]) -> dict[str, Any]:
     """An agent's turn as the one assistant message it was (arguments as JSON strings, as recorded)."""
-    return _messages(turn)[0]
+    return steps_messages(turn)[0]
 
 
 def conversation_before(steps: list[Step], index: int) -> list[dict[str, Any]]:
     """The chat messages of the steps before step `index`."""
-    return _messages([step for step in steps if step.index < index])
+    return steps_messages([step for step in steps if step.index < index])
 
 
 def intervention_turns(steps: list[Step]) -> list[tuple[Step, list[Step]]]:
@@ -183,7 +184,7 @@ def task_draft(*, trajectory: Trajectory, step_index: int | None = None) -> Task
         wrong = {"name": marked.tool_name, "arguments": marked.tool_arguments, "raw": marked.tool_arguments_raw}
     return TaskDraft(
         step_index=index,
-        messages=_messages([step for step in steps if step.index < index]),
+        messages=steps_messages([step for step in steps if step.index < index]),
         tools=list(trajectory.agent.tools),
         wrong_call=wrong,
         suggested_calls=_ground_truth(trajectory, marked.tool_name),
@@ -266,7 +267,7 @@ def episode_draft(*, trajectory: Trajectory, draft: TaskDraft, start: int | None
     return EpisodeDraft(
         start_index=start_index,
         starts=starts,
-        messages=_messages([step for step in steps if step.index <= start_index]),
+        messages=steps_messages([step for step in steps if step.index <= start_index]),
         tools=draft.tools,
         expected=expected,
         episode=EpisodeSetup(

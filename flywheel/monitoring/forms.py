@@ -26,8 +26,9 @@ class ScoringRuleForm(forms.Form):
     bucket = forms.ChoiceField(required=False, help_text="Trajectories in this bucket (assigned or suggested).")
     sample_rate = forms.FloatField(min_value=0.0, max_value=1.0, initial=1.0, label="Sample rate",
                                    help_text="The share of matching trajectories scored, 0 to 1.")  # fmt: skip
+    # The judge is not ticked for a new rule: it runs a model on the gpu queue for every sampled trajectory.
     scorers = forms.MultipleChoiceField(choices=Scorer.choices, widget=forms.CheckboxSelectMultiple,
-                                        initial=Scorer.values)  # fmt: skip
+                                        initial=[Scorer.SAFETY, Scorer.SCHEMA, Scorer.CATALOGUE])  # fmt: skip
     enabled = forms.BooleanField(required=False, initial=True)
 
     def __init__(self, *args: Any, agent: Agent, **kwargs: Any) -> None:

@@ -5,6 +5,8 @@ rate) and with which scorers (`scorers.py`). An `OnlineScore` is one scorer's ve
 trajectory under one rule, stored once (unique per trajectory, scorer and rule); deleting a rule
 keeps its scores, which the monitor still counts. An `Alert` says that a live version does worse
 than its predecessor on one monitored rate; at most one is open per agent, version and rate.
+A `JudgeRequest` is a trajectory a rule's `judge` scorer sampled, waiting for (or sent to) a judge
+job; one per rule and trajectory, kept once answered so the trajectory is never judged twice.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from flywheel.core.models import Agent, TimestampedModel, UUIDModel
 from flywheel.ingest.models import Outcome, Trajectory
 from flywheel.monitoring import scorers
 from flywheel.registry.models import Deployment, ModelVersion
+from flywheel.training.models import Job
 
 
 class Scorer(models.TextChoices):
     SAFETY = scorers.SAFETY, "Safety policy"
     SCHEMA = scorers.SCHEMA, "Arguments valid against the tool's schema"
     CATALOGUE = scorers.CATALOGUE, "Tool in the agent's catalogue"
+    JUDGE = scorers.JUDGE, "The agent's LLM judge (a judge job on the gpu queue)"
 
 
 class ScoringRule(TimestampedModel):
@@ -42,7 +46,7 @@ class ScoringRule(TimestampedModel):
         default=1.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
         help_text="The share of matching trajectories scored, 0 to 1; the same ones on every run.",
     )  # fmt: skip
-    scorers = models.JSONField(default=list, help_text="The scorers' names: safety, schema, catalogue.")
+    scorers = models.JSONField(default=list, help_text="The scorers' names: safety, schema, catalogue, judge.")
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -83,6 +87,33 @@ class OnlineScore(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scorer} {'pass' if self.passed else 'fail'} on {self.trajectory_id}"
+
+
+class JudgeRequestState(models.TextChoices):
+    WAITING = "waiting", "Waiting for a judge job"
+    SENT = "sent", "In a judge job"
+    SCORED = "scored", "Scored"
+    UNREADABLE = "unreadable", "The judge's reply had no score"
+    FAILED = "failed", "Its judge jobs failed"
+
+
+class JudgeRequest(models.Model):
+    """A trajectory a rule's `judge` scorer sampled: waiting for a judge job, in one, or answered."""
+
+    rule = models.ForeignKey(ScoringRule, on_delete=models.CASCADE, related_name="judge_requests")
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="judge_requests")
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    state = models.CharField(max_length=16, choices=JudgeRequestState.choices, default=JudgeRequestState.WAITING)
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Judge jobs it was sent in.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["rule", "trajectory"], name="judge_request_unique")]
+        indexes = [models.Index(fields=["state", "rule"], name="judge_request_state")]
+
+    def __str__(self) -> str:
+        return f"judge {self.trajectory_id} ({self.state})"
 
 
 class MonitoredRate(models.TextChoices):

@@ -11,7 +11,10 @@ not apply. Scorers:
   tool is valid against that tool's schema (`trainer.verifiers.schema.arguments_problems`: required
   arguments, undefined ones, JSON types, enums); calls to uncatalogued tools are `catalogue`'s concern;
 - `catalogue`: every called tool is in the agent's tool catalogue; it does not apply to an agent
-  without a declared catalogue (an inferred one holds every tool ever called, so it would always pass).
+  without a declared catalogue (an inferred one holds every tool ever called, so it would always pass);
+- `judge`: the agent's LLM judge on its rubric. It loads a model, so it is not a function here:
+  `services` queues the trajectories it samples as judge requests, and one `judge` job on the gpu
+  queue scores an agent's waiting requests at a time.
 
 `sampled` decides, from a hash of the rule and the trajectory id, whether a rule scores a
 trajectory: the same answer on every run, and a trajectory sampled at one rate stays sampled at
@@ -33,6 +36,7 @@ from trainer.verifiers.schema import arguments_problems
 SAFETY = "safety"
 SCHEMA = "schema"
 CATALOGUE = "catalogue"
+JUDGE = "judge"
 # The scorers whose failure makes a trajectory count for the invalid-call rate.
 INVALID_CALL_SCORERS = (SCHEMA, CATALOGUE)
 _HASH_SPAN = 2**64

@@ -9,6 +9,12 @@ MONITOR_CHECK_DELAY_SECONDS) and, after commit, sends `signals.online_scores_sto
 rules on online scores listen). `scoring_sweep` (beat)
 scores recent trajectories that a lost message, a broker outage or a new rule left unscored.
 
+The `judge` scorer loads a model, so a sampled trajectory becomes a `JudgeRequest` instead of a
+verdict: `judge_requests_send` sends an agent's waiting requests to one `judge` job on the gpu
+queue (one job of an agent at a time, so requests gather into batches while one runs), and
+`on_job_finished` stores its judgements as online scores, puts requests of a failed job back to
+wait (at most MONITOR_JUDGE_ATTEMPTS jobs each), and sends what waited meanwhile.
+
 `monitor_check` compares the live version with its predecessor on each monitored rate and opens an
 alert (audited) where the live one is significantly worse; an open alert is refreshed, never
 doubled. Alerts of a version that is no longer live are resolved by the next check;
@@ -27,19 +33,26 @@ from uuid import UUID
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
-from flywheel.ingest.models import Trajectory
+from flywheel.datasets.conversion import steps_messages
+from flywheel.ingest.models import Step, Trajectory
 from flywheel.monitoring import scorers, selectors
-from flywheel.monitoring.models import Alert, OnlineScore, ScoringRule
+from flywheel.monitoring.models import Alert, JudgeRequest, JudgeRequestState, OnlineScore, ScoringRule
 from flywheel.monitoring.signals import online_scores_stored
 from flywheel.monitoring.stats import Rate, worse_p_value
 from flywheel.registry.models import Deployment, ModelVersion
 from flywheel.registry.services import version_rollback
+from flywheel.rewards.selectors import judge_settings
+from flywheel.training.models import Job, JobKind, JobState
+from flywheel.training.services import LaunchRefused, job_launch
 from flywheel.triage.services import trace_facts
 from flywheel.triage.suggestions import TraceFacts
+from trainer.contracts import ContractError, read_json_lines
+from trainer.verifiers.judge import JudgeItem
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +146,8 @@ def _facts(trajectory_ids: Sequence[UUID]) -> dict[UUID, TraceFacts]:
 def _verdicts(rule: ScoringRule, trajectory_id: UUID, facts: TraceFacts) -> list[OnlineScore]:
     rows = []
     for name in rule.scorers:
+        if name == scorers.JUDGE:
+            continue  # a judge request instead (`_judge_requests_add`)
         verdict = scorers.score(name, facts)
         if verdict is not None:
             row = OnlineScore(trajectory_id=trajectory_id, rule=rule, scorer=name, value=verdict.value,
@@ -160,6 +175,8 @@ def scores_compute(*, trajectory_ids: Iterable[UUID | str]) -> int:
     facts = _facts(sorted({pk for _, chosen in picked for pk in chosen}))
     rows = [row for rule, chosen in picked for pk in chosen if pk in facts for row in _verdicts(rule, pk, facts[pk])]
     OnlineScore.objects.bulk_create(rows, ignore_conflicts=True)
+    _judge_requests_add([(rule, [pk for pk in chosen if pk in facts]) for rule, chosen in picked
+                         if scorers.JUDGE in rule.scorers])  # fmt: skip
     checks_schedule(agent_ids={rule.agent_id for rule, _ in picked})
     _scored_announce(sorted({row.trajectory_id for row in rows}))
     return len(rows)
@@ -192,6 +209,120 @@ def scoring_sweep() -> int:
                        if scorers.sampled(rule_id=rule.pk, trajectory_id=pk, rate=rule.sample_rate))  # fmt: skip
     chosen = sorted(pending)[: settings.DISPATCH_SWEEP_LIMIT]
     return scores_compute(trajectory_ids=chosen) if chosen else 0
+
+
+# --- the LLM judge as a scorer -------------------------------------------------------------------
+
+
+def _judge_requests_add(picked: list[tuple[ScoringRule, list[UUID]]]) -> None:
+    """A request per (rule, trajectory) not asked before; the agents that got one send them after commit."""
+    requests = [JudgeRequest(rule=rule, trajectory_id=pk) for rule, chosen in picked for pk in chosen]
+    if not requests:
+        return
+    JudgeRequest.objects.bulk_create(requests, ignore_conflicts=True)
+    agent_ids = sorted({rule.agent_id for rule, _ in picked})
+    transaction.on_commit(lambda: _judge_requests_send_all(agent_ids), robust=True)
+
+
+def _judge_requests_send_all(agent_ids: Iterable[UUID]) -> None:
+    for agent in Agent.objects.filter(pk__in=list(agent_ids)).order_by("pk"):
+        judge_requests_send(agent=agent)
+
+
+def _judge_items(requests: Sequence[JudgeRequest]) -> list[dict[str, Any]]:
+    """Each request's trajectory as a judge item (the whole conversation, no separate answer), by request id."""
+    steps: dict[UUID, list[Step]] = {}
+    for step in Step.objects.filter(trajectory_id__in={r.trajectory_id for r in requests}).order_by("index"):
+        steps.setdefault(step.trajectory_id, []).append(step)
+    items = []
+    for request in requests:
+        messages = steps_messages(steps.get(request.trajectory_id, []))
+        if messages:
+            items.append(JudgeItem(id=str(request.pk), messages=messages).to_json())
+    return items
+
+
+@transaction.atomic
+def judge_requests_send(*, agent: Agent) -> Job | None:
+    """Send the agent's waiting judge requests (at most MONITOR_JUDGE_BATCH) in one judge job on the gpu queue.
+
+    None while one of the agent's judge jobs for online scoring is still out (its end sends what waited
+    meanwhile), or when nothing waits. A request whose trajectory has no message to judge is closed as
+    unreadable; a launch the training app refuses leaves the requests waiting and is logged.
+    """
+    Agent.objects.select_for_update().filter(pk=agent.pk).first()  # one sender per agent at a time
+    requests = JudgeRequest.objects.filter(rule__agent=agent)
+    if requests.filter(state=JudgeRequestState.SENT).exists():
+        return None
+    waiting = list(requests.filter(state=JudgeRequestState.WAITING).select_related("rule__created_by")
+                   [: settings.MONITOR_JUDGE_BATCH])  # fmt: skip
+    items = _judge_items(waiting)
+    sent = {int(item["id"]) for item in items}
+    JudgeRequest.objects.filter(pk__in=[r.pk for r in waiting if r.pk not in sent]).update(
+        state=JudgeRequestState.UNREADABLE)
+    if not items:
+        return None
+    judge = judge_settings(agent=agent)
+    # The job is launched on behalf of whoever made the judging rule (a job names the person who asked for it).
+    launcher = next((r.rule.created_by for r in waiting if r.rule.created_by is not None), None)
+    if launcher is None:
+        logger.error("the online judge of %s was not launched: its judging rules name no one who made them", agent)
+        return None
+    try:
+        job = job_launch(actor=launcher, kind=JobKind.JUDGE, snapshot=None, base_model=judge.base_model,
+                         adapter=judge.adapter, agent=agent, hyperparameters={"rubric": judge.rubric},
+                         cases=items)  # fmt: skip
+    except LaunchRefused as error:
+        logger.error("the online judge of %s was not launched: %s", agent, error)
+        return None
+    JudgeRequest.objects.filter(pk__in=sent).update(job=job, state=JudgeRequestState.SENT,
+                                                    attempts=F("attempts") + 1)  # fmt: skip
+    return job
+
+
+def judge_scores_store(*, job: Job) -> int:
+    """Store a finished judge job's judgements of online requests as `judge` scores, once; how many were stored.
+
+    A failed or cancelled job puts its requests back to wait, up to MONITOR_JUDGE_ATTEMPTS jobs each.
+    """
+    requests = {r.pk: r for r in JudgeRequest.objects.select_for_update().filter(job=job, state=JudgeRequestState.SENT)}
+    if not requests:
+        return 0
+    if job.state != JobState.SUCCEEDED:
+        retried = [pk for pk, r in requests.items() if r.attempts < settings.MONITOR_JUDGE_ATTEMPTS]
+        JudgeRequest.objects.filter(pk__in=retried).update(state=JudgeRequestState.WAITING, job=None)
+        JudgeRequest.objects.filter(pk__in=set(requests) - set(retried)).update(state=JudgeRequestState.FAILED)
+        return 0
+    rows, unreadable = [], []
+    for line in read_json_lines(job.result["results"]):
+        request = requests.get(int(line["id"]))
+        if request is None:
+            continue
+        if line["score"] is None:
+            unreadable.append(request.pk)
+            continue
+        detail = {"score": line["score"], "reason": line["reason"], "job": str(job.pk)}
+        rows.append(OnlineScore(trajectory_id=request.trajectory_id, rule_id=request.rule_id, scorer=scorers.JUDGE,
+                                value=float(line["score"]), passed=bool(line["passed"]), detail=detail))  # fmt: skip
+    OnlineScore.objects.bulk_create(rows, ignore_conflicts=True)
+    JudgeRequest.objects.filter(pk__in=unreadable).update(state=JudgeRequestState.UNREADABLE)
+    JudgeRequest.objects.filter(pk__in=requests).exclude(pk__in=unreadable).update(state=JudgeRequestState.SCORED)
+    _scored_announce(sorted({row.trajectory_id for row in rows}))
+    return len(rows)
+
+
+def on_job_finished(sender: object, job: Job, **kwargs: Any) -> None:
+    """`training.signals.job_finished` receiver: an online judge job's scores stored, the next batch sent."""
+    if job.kind != JobKind.JUDGE or job.agent_id is None:
+        return
+    try:
+        with transaction.atomic():
+            judge_scores_store(job=job)
+    except (OSError, KeyError, ValueError, TypeError, ContractError) as error:
+        audit_record(actor=None, action="monitoring.judge_store_failed", target=job, data={"error": str(error)[:1000]})
+        JudgeRequest.objects.filter(job=job, state=JudgeRequestState.SENT).update(state=JudgeRequestState.FAILED)
+    agent_id = job.agent_id
+    transaction.on_commit(lambda: _judge_requests_send_all([agent_id]), robust=True)
 
 
 # --- regression alerts ------------------------------------------------------------------------
@@ -315,6 +446,8 @@ def alert_rollback(*, actor: Actor, alert: Alert, reason: str) -> Deployment | N
 
 
 def monitor_sweep() -> int:
-    """Beat: score what was missed, then check every agent with a live version; the alerts open after it."""
+    """Beat: score what was missed, send waiting judge requests, then check every agent with a live version."""
     scoring_sweep()
+    _judge_requests_send_all(JudgeRequest.objects.filter(state=JudgeRequestState.WAITING)
+                             .values_list("rule__agent", flat=True).distinct())  # fmt: skip
     return sum(len(monitor_check(agent=agent)) for agent in selectors.monitored_agents())
