@@ -33,9 +33,11 @@ JUDGED = ["wrong_tool", "bad_planning", "retrieval_failure"]
 def shop(store) -> dict[str, Trajectory]:
     """Three failures of the shop agent and one success (never judged)."""
     ask = {"kind": "user", "text": "Refund order 7, please."}
+    refund = [call("refund_order", {"order_id": "7", "amount": 5}, "c1"), result("refund_order", "ok")]
+    lookup = [call("lookup_order", {"order_id": "8"}, "c2"), result("lookup_order", "order 8", call_id="c2")]
     return store(
-        shop_record("f1", [ask, call("refund_order", {"order_id": "7", "amount": 5}, "c1"), result("refund_order", "ok")]),
-        shop_record("f2", [ask, call("lookup_order", {"order_id": "8"}, "c2"), result("lookup_order", "order 8", call_id="c2")]),
+        shop_record("f1", [ask, *refund]),
+        shop_record("f2", [ask, *lookup]),
         shop_record("f3", [ask, {"kind": "assistant", "text": "Done, refunded."}]),
         shop_record("ok", [ask, {"kind": "assistant", "text": "Refunded."}], outcome="success"),
     )
@@ -148,3 +150,11 @@ def test_a_viewer_gets_403_and_an_outsider_404(shop, client, make_user):
 
 def test_the_judged_buckets_are_built_in(db):
     assert set(Bucket.objects.filter(built_in=True, slug__in=JUDGED).values_list("slug", flat=True)) == set(JUDGED)
+
+
+def test_the_newest_failures_only_up_to_the_limit(shop, make_user):
+    agent = Agent.objects.get(name="shop")
+    newest = [trajectory.external_id for trajectory in buckets.judging_candidates(agent=agent)]
+    assert sorted(newest) == ["f1", "f2", "f3"]
+    judgings = buckets.bucket_judging_launch(actor=make_user(Role.TRAINER), agent=agent, limit=2)
+    assert judgings[0].trajectory_ids == [str(shop[name].pk) for name in newest[:2]]
