@@ -158,3 +158,13 @@ def test_the_newest_failures_only_up_to_the_limit(shop, make_user):
     assert sorted(newest) == ["f1", "f2", "f3"]
     judgings = buckets.bucket_judging_launch(actor=make_user(Role.TRAINER), agent=agent, limit=2)
     assert judgings[0].trajectory_ids == [str(shop[name].pk) for name in newest[:2]]
+
+
+def test_the_judges_suggestions_show_on_the_list_and_the_review_page(shop, client, make_user, tmp_path):
+    wrong_tool = buckets.bucket_judging_launch(actor=make_user(Role.TRAINER), agent=Agent.objects.get(name="shop"))[0]
+    buckets.bucket_suggestions_store(job=finish(wrong_tool, tmp_path, failed={"f2"}))
+    client.force_login(make_user(Role.REVIEWER))
+    listed = client.get(reverse("triage:trajectory_list"), {"agent": "shop", "suggested": "wrong_tool"}).content
+    assert b"LLM judge: LLM judge (demo) scored the agent 0.20" in listed and str(shop["f2"].pk).encode() in listed
+    review = client.get(reverse("triage:review", kwargs={"trajectory_id": shop["f2"].pk})).content.decode()
+    assert '<code class="rule">llm_judge</code>' in review and "reason for f2" in review
