@@ -226,3 +226,32 @@ class Judgement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.output_id}: {self.score}"
+
+
+class BucketJudging(models.Model):
+    """The agent's judge asked whether failed trajectories belong in one failure bucket, through a `judge` job.
+
+    One per bucket the rules cannot see (wrong tool, bad planning, retrieval failure), each with that
+    bucket's rubric (`flywheel.rewards.buckets`). The job's items are named `<trajectory id>:<bucket
+    slug>`; when it succeeds its verdicts become `llm_judge` suggestions, once (`stored_at`).
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="bucket_judgings")
+    job = models.OneToOneField("training.Job", on_delete=models.PROTECT, related_name="bucket_judging")
+    bucket = models.ForeignKey("triage.Bucket", on_delete=models.PROTECT, related_name="+")
+    trajectory_ids = models.JSONField(help_text="The trajectories asked about, as id strings.")
+    base_model = models.CharField(max_length=500)
+    adapter = models.CharField(max_length=500, blank=True)
+    rubric = models.JSONField()
+    suggested = models.PositiveIntegerField(default=0, help_text="Suggestions stored from the job's verdicts.")
+    stored_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"judge {self.base_model} on {self.bucket_id} for {self.agent}"

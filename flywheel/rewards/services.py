@@ -34,6 +34,7 @@ from flywheel.core.models import Agent
 from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.models import SnapshotItem, TaskSetSnapshot
 from flywheel.ingest.models import Step, StepKind
+from flywheel.rewards.buckets import bucket_suggestions_store
 from flywheel.rewards.models import Judgement, JudgeRun, Mark, MarkVerdict, OutputSource, ProfiledOutput, ProfileRun
 from flywheel.rewards.selectors import judge_approval, judge_settings, reviewer_labels
 from flywheel.training.models import EvalRun, Job, JobKind, JobState
@@ -422,12 +423,14 @@ def judge_result_store(*, job: Job) -> int:
 
 
 def on_job_finished(sender: object, job: Job, **kwargs: Any) -> None:
-    """`job_finished` receiver: keep a judge job's judgements; a results file that cannot be read is logged."""
+    """`job_finished` receiver: keep a judge job's judgements (a judge run's, or a bucket judging's as
+    suggestions); a results file that cannot be read is logged."""
     if job.kind != JobKind.JUDGE:
         return
     try:
         with transaction.atomic():
             judge_result_store(job=job)
+            bucket_suggestions_store(job=job)
     except (OSError, KeyError, ValueError, TypeError, ContractError) as error:
         audit_record(actor=None, action="judge.store_failed", target=job, data={"error": str(error)[:1000]})
 

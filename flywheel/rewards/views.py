@@ -11,6 +11,7 @@ import io
 from collections.abc import Iterator
 from uuid import UUID
 
+from django.contrib import messages
 from django.core.files.uploadedfile import UploadedFile
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,10 +21,10 @@ from django.views.decorators.http import require_POST
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.charts import figure_html
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import choices_limit
+from flywheel.core.selectors import agent_get, choices_limit
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets.selectors import snapshot_get
-from flywheel.rewards import charts, selectors, services
+from flywheel.rewards import buckets, charts, selectors, services
 from flywheel.rewards.forms import MarkForm, ProfileRunForm, ScoringForm
 from flywheel.rewards.models import OutputSource, ProfiledOutput, ProfileRun
 
@@ -180,6 +181,24 @@ def run_judge_launch(request: AuthedRequest, run_id: UUID) -> HttpResponse:
                    "judge": None, "approval": None, "can_launch": True, "error": str(error)}  # fmt: skip
         return render(request, "rewards/run_judge.html", context, status=400)
     return redirect("rewards:run_judge", run_id=run.id)
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+@require_POST
+def judge_buckets(request: AuthedRequest, agent_name: str) -> HttpResponse:
+    """Have the agent's judge suggest wrong tool / bad planning / retrieval failure for its failures awaiting review."""
+    agent = agent_get(viewer=request.user, name=agent_name)
+    if agent is None:
+        raise Http404("no such agent")
+    try:
+        judgings = buckets.bucket_judging_launch(actor=request.user, agent=agent)
+    except buckets.BucketJudgingRefused as error:
+        messages.error(request, str(error))
+    else:
+        count = len(judgings[0].trajectory_ids)
+        messages.success(request, f"The judge will look at {count} failed trajectories of {agent.name} in "
+                                  f"{len(judgings)} jobs; its suggestions appear here when they finish.")  # fmt: skip
+    return redirect(f"{reverse('triage:trajectory_list')}?agent={agent.name}")
 
 
 def _uuid_or_none(text: str) -> UUID | None:

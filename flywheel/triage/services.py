@@ -54,7 +54,7 @@ from flywheel.triage.models import (
 )
 from flywheel.triage.queue_rules import QueueRule, SuggestedBucket, first_match, rules_json, rules_parse
 from flywheel.triage.selectors import agent_policy_json
-from flywheel.triage.suggestions import NEEDS_REVIEW, StepFacts, TraceFacts, suggest
+from flywheel.triage.suggestions import LLM_JUDGE, NEEDS_REVIEW, StepFacts, TraceFacts, suggest
 from trainer.contracts import ContractError, ExpectedCall, Task, ToolCall
 from trainer.verifiers.safety import SafetyPolicy
 from trainer.verifiers.schema import call_problems
@@ -168,7 +168,8 @@ def _suggest_chunk(trajectory_ids: Sequence[UUID | str]) -> int:
         for trajectory_id, facts in trace_facts(locked).items()
         for found in suggest(facts)
     ]
-    Suggestion.objects.filter(trajectory_id__in=locked).delete()
+    # The judge's suggestions come from a job, not from these rules: recomputing the rules keeps them.
+    Suggestion.objects.filter(trajectory_id__in=locked).exclude(rule=LLM_JUDGE).delete()
     Suggestion.objects.bulk_create(rows)
     Review.objects.filter(trajectory_id__in=locked).update(suggested_at=timezone.now())
     return len(rows)

@@ -17,8 +17,9 @@ for the reviewer. Rules:
   result that is an error, with no later successful result from the same tool;
 - `needs-review` (no bucket): a failed trajectory where none of the above fired.
 
-Not covered: wrong tool, bad planning and retrieval failures need judgement, so only reviewers
-assign them.
+Not covered: wrong tool, bad planning and retrieval failures need judgement. The rewards app's
+LLM judge may suggest them (`flywheel.rewards.buckets`, rule `llm_judge`); those suggestions are
+stored when its job ends and the rules here leave them in place.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from trainer.parsing import parse_tool_calls
 from trainer.verifiers.safety import SafetyPolicy, check_calls
 
 NEEDS_REVIEW = "needs-review"
+LLM_JUDGE = "llm_judge"  # the rule name of the LLM judge's suggestions, which these rules never replace
 QUOTE_CHARS = 120
 
 

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agent_get, sees_all_agents
 from flywheel.core.templatetags.flywheel import pretty_json
@@ -321,7 +322,14 @@ def _list_context(request: AuthedRequest) -> dict[str, object]:
         "first_query": query.urlencode() if after else None,
         "buckets": selectors.bucket_list(),
         "queues": selectors.queue_visible(viewer=request.user),
+        "judge_agent": _filtered_agent(request, form),
     }
+
+
+def _filtered_agent(request: AuthedRequest, form: TriageFilterForm) -> Agent | None:
+    """The agent the list is filtered to, if the viewer may see it: the judge's bucket suggestions are per agent."""
+    name = form.cleaned_data.get("agent", "") if form.is_valid() else ""
+    return agent_get(viewer=request.user, name=name.strip()) if name.strip() else None
 
 
 @permission_required(Perm.VIEW)
