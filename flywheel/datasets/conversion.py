@@ -82,11 +82,6 @@ def steps_messages(steps: list[Step]) -> list[dict[str, Any]]:
     return messages
 
 
-def conversation(steps: list[Step]) -> list[dict[str, Any]]:
-    """The whole trajectory as OpenAI chat messages (what the LLM judge reads when it suggests buckets)."""
-    return _messages(steps)
-
-
 def answer_message(step: Step) -> dict[str, Any] | None:
     """The step as the assistant message that answered at that point (a call, or a text); None for other kinds.
 

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from flywheel.core.models import Agent
 from flywheel.core.services import audit_record
-from flywheel.datasets.conversion import conversation
+from flywheel.datasets.conversion import steps_messages
 from flywheel.ingest.models import Outcome, Step, Trajectory
 from flywheel.rewards.models import BucketJudging
 from flywheel.rewards.selectors import judge_settings
@@ -81,7 +81,7 @@ def _conversations(trajectories: list[Trajectory]) -> dict[UUID, list[dict[str, 
     steps: dict[UUID, list[Step]] = defaultdict(list)
     for step in Step.objects.filter(trajectory__in=trajectories).order_by("trajectory_id", "index"):
         steps[step.trajectory_id].append(step)
-    return {trajectory.pk: conversation(steps[trajectory.pk]) for trajectory in trajectories}
+    return {trajectory.pk: steps_messages(steps[trajectory.pk]) for trajectory in trajectories}
 
 
 @transaction.atomic
