@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from flywheel.core.models import CountSummary
 from flywheel.core.roles import Role
+from flywheel.ingest.models import Trajectory
 from flywheel.ingest.selectors import TrajectoryFilters
 from flywheel.monitoring.models import OnlineScore
 from flywheel.triage import selectors, services
@@ -220,3 +221,21 @@ def test_editing_a_queue_or_its_items_recounts_it_on_the_next_view(stored, make_
     assert _numbers(selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]) == _numbers(
         selectors.queue_progress(queue, viewer=operator)
     )
+
+
+def test_the_queue_lists_and_next_merge_the_filters_matches_and_the_items_in_order(stored, make_user):
+    rita = make_user(Role.REVIEWER, "rita")
+    failures = TriageFilters(base=TrajectoryFilters(outcome="failure"))
+    queue = services.queue_create(actor=rita, name="mixed", filters=failures)
+    services.queue_items_add(actor=rita, queue=queue, trajectory_ids=[stored["ok"].pk])  # a success: by hand only
+    oldest_first = ["error", "ok", "plain"]  # the item between the filter's two matches
+    for hours, name in enumerate(reversed(oldest_first)):
+        Trajectory.objects.filter(pk=stored[name].pk).update(ingested_at=timezone.now() - timedelta(hours=hours))
+    waiting = selectors.queue_waiting_members(queue, viewer=rita, limit=2)
+    assert [member.trajectory.external_id for member in waiting] == oldest_first[:2]
+    handed = [services.queue_next(queue=queue, reviewer=make_user(Role.REVIEWER)) for _ in range(3)]
+    assert [trajectory.external_id for trajectory in handed] == oldest_first
+    for name in ("plain", "ok", "error"):
+        services.review_submit(actor=rita, trajectory=stored[name], choices=[])
+    recent = selectors.queue_recent_members(queue, viewer=rita, limit=2)
+    assert [member.trajectory.external_id for member in recent] == ["error", "ok"]
