@@ -97,16 +97,18 @@ def dashboard_counts_by_agent(*, days: int = DASHBOARD_DAYS) -> dict[UUID, dict[
     for agent_id, n in _per_agent(Review.objects.filter(state=ReviewState.REVIEWED), "trajectory__agent_id"):
         counts[agent_id]["reviewed"] = n
     assigned = BucketAssignment.objects.values("trajectory__agent_id", "bucket_id").annotate(n=Count("trajectory"))
-    for row in assigned.order_by():
-        counts[row["trajectory__agent_id"]]["buckets"].setdefault(str(row["bucket_id"]), [0, 0])[0] = row["n"]
+    for carried in assigned.order_by():
+        bucket = counts[carried["trajectory__agent_id"]]["buckets"].setdefault(str(carried["bucket_id"]), [0, 0])
+        bucket[0] = carried["n"]
     not_reviewed = Q(trajectory__review__isnull=True) | ~Q(trajectory__review__state=ReviewState.REVIEWED)
     awaiting = (
         Suggestion.objects.filter(not_reviewed, bucket__isnull=False)
         .values("trajectory__agent_id", "bucket_id")
         .annotate(n=Count("trajectory", distinct=True))
     )
-    for row in awaiting.order_by():
-        counts[row["trajectory__agent_id"]]["buckets"].setdefault(str(row["bucket_id"]), [0, 0])[1] = row["n"]
+    for suggested in awaiting.order_by():
+        bucket = counts[suggested["trajectory__agent_id"]]["buckets"].setdefault(str(suggested["bucket_id"]), [0, 0])
+        bucket[1] = suggested["n"]
     for agent_id, day, bucket_id, n in _failures_per_day(days=days):
         counts[agent_id]["days"].setdefault(day.isoformat(), {})[str(bucket_id or "")] = n
     return dict(counts)

@@ -329,7 +329,7 @@ def queue_candidates_first(queue: Queue, *, viewer: User, limit: int) -> list[Re
     return sorted(unique, key=lambda review: (review.trajectory.ingested_at, review.trajectory_id))[:limit]
 
 
-def _members_among(queues: Sequence[Queue], ids: Collection[UUID], *, viewer: User) -> dict[int, set[UUID]]:
+def queue_members_among(queues: Sequence[Queue], ids: Collection[UUID], *, viewer: User) -> dict[int, set[UUID]]:
     """Which of a few trajectories (`ids`) are members of each queue: looked up by id, never by walking members."""
     if not ids:
         return {queue.pk: set() for queue in queues}
@@ -359,7 +359,7 @@ def queue_held(queue: Queue, reviewer: User) -> Review | None:
         .select_related("trajectory")
         .order_by("trajectory__ingested_at", "trajectory_id")
     )  # a reviewer holds a claim or two at a time
-    members = _members_among([queue], [review.trajectory_id for review in held], viewer=reviewer)[queue.pk]
+    members = queue_members_among([queue], [review.trajectory_id for review in held], viewer=reviewer)[queue.pk]
     return next((review for review in held if review.trajectory_id in members), None)
 
 
@@ -446,11 +446,11 @@ def queue_counts_by_agent(queue: Queue) -> dict[UUID, dict[str, Any]]:
         counts[row["agent_id"]] = {"total": row["total"], "reviewed": row["reviewed"], "skipped": row["skipped"],
                                    "reviewers": {}}  # fmt: skip
     by_reviewer = members.filter(review__reviewer__isnull=False).values("agent_id", "review__reviewer__username")
-    for row in by_reviewer.annotate(
+    for done in by_reviewer.annotate(
         reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
         skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
     ).order_by():
-        counts[row["agent_id"]]["reviewers"][row["review__reviewer__username"]] = [row["reviewed"], row["skipped"]]
+        counts[done["agent_id"]]["reviewers"][done["review__reviewer__username"]] = [done["reviewed"], done["skipped"]]
     return counts
 
 
@@ -481,7 +481,7 @@ def _live_claims(queues: Sequence[Queue], *, viewer: User) -> dict[int, dict[str
                               claimed_until__gt=timezone.now(), claimed_by__isnull=False)
         .values_list("trajectory_id", "claimed_by__username")
     )  # fmt: skip
-    members = _members_among(queues, list(claimed), viewer=viewer)
+    members = queue_members_among(queues, list(claimed), viewer=viewer)
     held: dict[int, dict[str, int]] = {}
     for queue in queues:
         per_reviewer: dict[str, int] = {}
@@ -528,7 +528,8 @@ def queue_reviewers_counted(queue: Queue, *, viewer: User) -> list[ReviewerProgr
             total[1] += skipped
     held = _live_claims([queue], viewer=viewer)[queue.pk]
     names = sorted(set(done) | set(held) | {reviewer.get_username() for reviewer in queue.reviewers.all()})
-    return [ReviewerProgress(name, *done.get(name, [0, 0]), held.get(name, 0)) for name in names]
+    return [ReviewerProgress(name, done.get(name, [0, 0])[0], done.get(name, [0, 0])[1], held.get(name, 0))
+            for name in names]  # fmt: skip
 
 
 def queue_list(*, viewer: User) -> list[tuple[Queue, QueueProgress]]:

@@ -552,7 +552,7 @@ def queue_item_remove(*, actor: User, queue: Queue, trajectory: Trajectory) -> Q
     item = QueueItem.objects.select_for_update().filter(queue=queue, trajectory=trajectory).first()
     if item is not None and item.removed_at is not None:
         return item
-    if not selectors.queue_members(queue, viewer=actor).filter(pk=trajectory.pk).exists():
+    if trajectory.pk not in selectors.queue_members_among([queue], [trajectory.pk], viewer=actor)[queue.pk]:
         raise ValidationError(f"{trajectory} is not in queue {queue.name}")
     if item is None:
         # Only the filter matched it: the tombstone is the row. A rule adding it meanwhile loses the race.
