@@ -265,8 +265,9 @@ def outbox_send(*, send: Callable[[str], Any], model: type[models.Model], row_id
     try:
         send(str(row_id))
     except Exception:  # any broker failure
-        logger.warning("%s %s stays queued: the broker did not take its message", model._meta.model_name, row_id,
-                       exc_info=True)
+        logger.warning(
+            "%s %s stays queued: the broker did not take its message", model._meta.model_name, row_id, exc_info=True
+        )
         return False
     model._default_manager.filter(pk=row_id).update(dispatched_at=timezone.now())
     return True

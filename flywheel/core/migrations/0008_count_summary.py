@@ -5,23 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('core', '0007_agent_prices'),
+        ("core", "0007_agent_prices"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CountSummary',
+            name="CountSummary",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(max_length=64)),
-                ('counts', models.JSONField(default=dict)),
-                ('counted_at', models.DateTimeField()),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='core.agent')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("kind", models.CharField(max_length=64)),
+                ("counts", models.JSONField(default=dict)),
+                ("counted_at", models.DateTimeField()),
+                (
+                    "agent",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="core.agent"),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('kind', 'agent'), name='count_summary_unique')],
+                "constraints": [models.UniqueConstraint(fields=("kind", "agent"), name="count_summary_unique")],
             },
         ),
     ]

@@ -5,16 +5,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('ingest', '0008_search_upper_trigram_index'),
-        ('triage', '0006_correction'),
+        ("ingest", "0008_search_upper_trigram_index"),
+        ("triage", "0006_correction"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='review',
-            index=models.Index(condition=models.Q(('state__in', ['reviewed', 'skipped'])), fields=['-updated_at'], name='review_done_recent'),
+            model_name="review",
+            index=models.Index(
+                condition=models.Q(("state__in", ["reviewed", "skipped"])),
+                fields=["-updated_at"],
+                name="review_done_recent",
+            ),
         ),
     ]
