@@ -324,6 +324,14 @@ MONITOR_ALPHA = 0.05
 # The `judge` online scorer: at most this many trajectories per judge job, and judge jobs per trajectory.
 MONITOR_JUDGE_BATCH = env_int("MONITOR_JUDGE_BATCH", 200, minimum=1)
 MONITOR_JUDGE_ATTEMPTS = env_int("MONITOR_JUDGE_ATTEMPTS", 3, minimum=1)
+
+# --- Count summaries ------------------------------------------------------------------------
+# Counts over every trajectory (queue progress, the home page and dashboards) cost seconds at a
+# million trajectories: beat recounts them this often, per agent, and pages add those up and say when.
+SUMMARY_REFRESH_SECONDS = env_int("SUMMARY_REFRESH_SECONDS", 60, minimum=1)
+# A summary older than this (beat not running) or missing is recounted by the page that needs it.
+SUMMARY_STALE_SECONDS = env_int("SUMMARY_STALE_SECONDS", 300, minimum=1)
+
 CELERY_BEAT_SCHEDULE = {
     "reap-jobs": {"task": "flywheel.training.reaper.reap_jobs", "schedule": float(JOB_REAP_EVERY_SECONDS)},
     "sweep-uploads": {
@@ -341,6 +349,10 @@ CELERY_BEAT_SCHEDULE = {
     "monitor-agents": {
         "task": "flywheel.monitoring.tasks.monitor_sweep",
         "schedule": float(MONITOR_EVERY_SECONDS),
+    },
+    "recount-summaries": {
+        "task": "flywheel.dashboards.tasks.summaries_recount",
+        "schedule": float(SUMMARY_REFRESH_SECONDS),
     },
 }
 
@@ -367,8 +379,3 @@ SERVE_COMMAND = env_list("SERVE_COMMAND", [sys.executable, "-m", "trainer", "ser
 # version's adapter loaded at runtime by name, the trainer's chat template and the hermes tool parser).
 SERVE_ENGINE = env_choice("SERVE_ENGINE", "trainer", ("trainer", "vllm"))
 VLLM_SERVE_COMMAND = env_list("VLLM_SERVE_COMMAND", [str(_VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"])
-
-# --- Triage ---------------------------------------------------------------------------------
-# The review page's queue progress bar is counted at most this often per queue (and per set of
-# agents seen): a count of a queue's members costs seconds at a million trajectories. 0: every time.
-TRIAGE_PROGRESS_CACHE_SECONDS = env_int("TRIAGE_PROGRESS_CACHE_SECONDS", 15, minimum=0)

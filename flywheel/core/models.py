@@ -166,3 +166,23 @@ class AuditEvent(UUIDModel):
 
     def __str__(self) -> str:
         return f"{self.actor_name or 'system'} {self.action} {self.target_repr}".strip()
+
+
+class CountSummary(models.Model):
+    """Counts over every row of one agent (its dashboards' counts, or its members of one queue), recounted
+    in the background (beat), so that a page adds up a few of these instead of counting per view.
+
+    `kind` names what was counted ("dashboard", "queue:<id>"); `counts` is that recount's JSON, per
+    agent so that a viewer's total adds up only the agents they may see. Pages say when they were counted.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=64)
+    counts = models.JSONField(default=dict)
+    counted_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["kind", "agent"], name="count_summary_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of {self.agent_id}"

@@ -10,13 +10,17 @@ do, this says on which agent's data.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Model, Q, QuerySet
 from django.forms import BaseForm
+from django.utils import timezone
 
-from flywheel.core.models import Agent, ApiToken, AuditEvent
+from flywheel.core.models import Agent, ApiToken, AuditEvent, CountSummary
 from flywheel.core.roles import Perm
 
 Viewer = User | AnonymousUser
@@ -24,6 +28,17 @@ AnyForm = TypeVar("AnyForm", bound=BaseForm)
 
 
 # --- Per-agent access -------------------------------------------------------------------------
+
+
+class _SystemReader(AnonymousUser):
+    """The app itself reading every agent's rows for a recount that is split by agent before any page
+    shows it (`CountSummary`): the all-agents grant and no other permission."""
+
+    def has_perm(self, perm: str, obj: object = None) -> bool:
+        return perm == Perm.ALL_AGENTS
+
+
+SYSTEM_READER = _SystemReader()
 
 
 def sees_all_agents(user: Viewer) -> bool:
@@ -138,3 +153,20 @@ def api_token_list(*, user: User) -> QuerySet[ApiToken]:
 
 def user_role_names(*, user: User) -> list[str]:
     return list(user.groups.order_by("name").values_list("name", flat=True))
+
+
+# --- Count summaries --------------------------------------------------------------------------
+
+
+def summaries_read(*, viewer: Viewer, kinds: Sequence[str]) -> dict[str, tuple[list[CountSummary], bool]]:
+    """Per kind, the summaries of the agents `viewer` may see, and whether every one of those agents has
+    one counted within SUMMARY_STALE_SECONDS (False: the caller recounts; beat keeps them fresher)."""
+    found: dict[str, list[CountSummary]] = {kind: [] for kind in kinds}
+    for row in CountSummary.objects.filter(agents_filter(viewer), kind__in=kinds):
+        found[row.kind].append(row)
+    agents = visible_agents(viewer).count()
+    oldest = timezone.now() - timedelta(seconds=settings.SUMMARY_STALE_SECONDS)
+    return {
+        kind: (rows, len(rows) == agents and all(row.counted_at >= oldest for row in rows))
+        for kind, rows in found.items()
+    }

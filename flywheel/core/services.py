@@ -22,7 +22,7 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from flywheel.core.models import Agent, ApiToken, AuditEvent, Capability
+from flywheel.core.models import Agent, ApiToken, AuditEvent, Capability, CountSummary
 from flywheel.core.roles import PERMISSION_DESCRIPTIONS, ROLE_PERMISSIONS, Perm, Role
 
 logger = logging.getLogger(__name__)
@@ -265,8 +265,9 @@ def outbox_send(*, send: Callable[[str], Any], model: type[models.Model], row_id
     try:
         send(str(row_id))
     except Exception:  # any broker failure
-        logger.warning("%s %s stays queued: the broker did not take its message", model._meta.model_name, row_id,
-                       exc_info=True)
+        logger.warning(
+            "%s %s stays queued: the broker did not take its message", model._meta.model_name, row_id, exc_info=True
+        )
         return False
     model._default_manager.filter(pk=row_id).update(dispatched_at=timezone.now())
     return True
@@ -279,3 +280,23 @@ def outbox_due(*, since: str, resend_after: timedelta | None = None, grace: time
     resend = now - (resend_after if resend_after is not None else timedelta(seconds=settings.DISPATCH_RESEND_SECONDS))
     fresh = now - (grace if grace is not None else timedelta(seconds=settings.DISPATCH_GRACE_SECONDS))
     return Q(dispatched_at__isnull=True, **{f"{since}__lt": fresh}) | Q(dispatched_at__lt=resend)
+
+
+def summaries_store(
+    *, kind: str, counts: dict[Any, dict[str, Any]], counted_at: datetime, agent_ids: Collection[Any] | None = None
+) -> None:
+    """Store one recount of `kind`: `counts` per agent id, for every agent (or those of `agent_ids`); an agent
+    with nothing counted gets empty counts, so that pages tell it from one never counted. Two recounts at
+    once: the last wins."""
+    if agent_ids is None:
+        agent_ids = list(Agent.objects.values_list("pk", flat=True))
+    rows = [CountSummary(agent_id=agent_id, kind=kind, counts=counts.get(agent_id, {}), counted_at=counted_at)
+            for agent_id in agent_ids]  # fmt: skip
+    CountSummary.objects.bulk_create(
+        rows, update_conflicts=True, unique_fields=["kind", "agent"], update_fields=["counts", "counted_at"]
+    )
+
+
+def summaries_drop(*, kind: str) -> None:
+    """Forget a summary whose subject is gone or changed (a queue deleted or refiltered)."""
+    CountSummary.objects.filter(kind=kind).delete()

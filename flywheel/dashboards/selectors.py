@@ -15,6 +15,7 @@ agent's numbers never reach a page.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -22,17 +23,19 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from flywheel.core.selectors import agents_filter
+from flywheel.core.models import Agent, CountSummary
+from flywheel.core.selectors import agents_filter, summaries_read
 from flywheel.datasets.models import RegressionTask, Split, TaskSetSnapshot
 from flywheel.ingest.models import Outcome, Trajectory
 from flywheel.registry.models import GateResult, GateStatus, LivePointer, ModelVersion
 from flywheel.training.models import FINISHED_STATES, Job, JobState
-from flywheel.triage.models import Bucket, BucketAssignment, ReviewState, Suggestion
+from flywheel.triage.models import Bucket, BucketAssignment, Review, ReviewState, Suggestion
+from flywheel.triage.selectors import queue_visible
 
 NOT_BUCKETED = "not bucketed"
 
@@ -60,68 +63,175 @@ class DayCount:
     count: int
 
 
-def failures_by_bucket(*, viewer: User) -> list[BucketCount]:
-    """Per bucket in position order: trajectories carrying it, and those only suggested it so far."""
-    unreviewed = Q(trajectory__review__isnull=True) | ~Q(trajectory__review__state=ReviewState.REVIEWED)
-    visible = agents_filter(viewer, "trajectory__agent")
-    assigned = dict(
-        BucketAssignment.objects.filter(visible)
-        .values("bucket")
-        .annotate(n=Count("trajectory"))
-        .values_list("bucket", "n")
+DASHBOARD_KIND = "dashboard"
+DASHBOARD_DAYS = 30  # the failures-over-time chart's window
+
+
+def dashboard_counts_by_agent(*, days: int = DASHBOARD_DAYS) -> dict[UUID, dict[str, Any]]:
+    """Per agent: its trajectories and failures, per model version, per bucket (carrying it; suggested it
+    and not reviewed yet), failures per day of the last `days` per bucket ("" for none), unreviewed
+    failures and reviewed trajectories. The system's recount behind the "dashboard" `CountSummary`,
+    of every agent, split by agent before any page adds up those a viewer may see. Keys are strings (JSON)."""
+    counts: dict[UUID, dict[str, Any]] = defaultdict(
+        lambda: {
+            "trajectories": 0,
+            "failures": 0,
+            "unreviewed_failures": 0,
+            "reviewed": 0,
+            "versions": {},
+            "buckets": {},
+            "days": {},
+        }  # fmt: skip
     )
-    awaiting = dict(
-        Suggestion.objects.filter(visible, unreviewed, bucket__isnull=False)
-        .values("bucket")
+    per_version = Trajectory.objects.values("agent_id", "model_version").annotate(
+        failures=Count("pk", filter=Q(outcome=Outcome.FAILURE)), total=Count("pk")
+    )
+    for row in per_version.order_by():
+        agent = counts[row["agent_id"]]
+        agent["trajectories"] += row["total"]
+        agent["failures"] += row["failures"]
+        agent["versions"][row["model_version"]] = [row["failures"], row["total"]]
+    unreviewed = Q(review__isnull=True) | Q(review__state=ReviewState.UNREVIEWED)
+    for agent_id, n in _per_agent(Trajectory.objects.filter(unreviewed, outcome=Outcome.FAILURE), "agent_id"):
+        counts[agent_id]["unreviewed_failures"] = n
+    for agent_id, n in _per_agent(Review.objects.filter(state=ReviewState.REVIEWED), "trajectory__agent_id"):
+        counts[agent_id]["reviewed"] = n
+    assigned = BucketAssignment.objects.values("trajectory__agent_id", "bucket_id").annotate(n=Count("trajectory"))
+    for carried in assigned.order_by():
+        bucket = counts[carried["trajectory__agent_id"]]["buckets"].setdefault(str(carried["bucket_id"]), [0, 0])
+        bucket[0] = carried["n"]
+    not_reviewed = Q(trajectory__review__isnull=True) | ~Q(trajectory__review__state=ReviewState.REVIEWED)
+    awaiting = (
+        Suggestion.objects.filter(not_reviewed, bucket__isnull=False)
+        .values("trajectory__agent_id", "bucket_id")
         .annotate(n=Count("trajectory", distinct=True))
-        .values_list("bucket", "n")
     )
-    return [
-        BucketCount(bucket.name, bucket.colour, assigned.get(bucket.pk, 0), awaiting.get(bucket.pk, 0))
-        for bucket in Bucket.objects.all()
-    ]
+    for suggested in awaiting.order_by():
+        bucket = counts[suggested["trajectory__agent_id"]]["buckets"].setdefault(str(suggested["bucket_id"]), [0, 0])
+        bucket[1] = suggested["n"]
+    for agent_id, day, bucket_id, n in _failures_per_day(days=days):
+        counts[agent_id]["days"].setdefault(day.isoformat(), {})[str(bucket_id or "")] = n
+    return dict(counts)
 
 
-def _grouped(field: str, *, viewer: User, limit: int) -> list[GroupCount]:
-    rows = (
-        Trajectory.objects.filter(agents_filter(viewer))
-        .values(field)
-        .annotate(failures=Count("pk", filter=Q(outcome=Outcome.FAILURE)), total=Count("pk"))
-        .order_by("-failures", field)[:limit]
-    )
-    return [GroupCount(str(row[field]) or "(none)", row["failures"], row["total"]) for row in rows]
+def _per_agent(rows: QuerySet[Any], field: str) -> list[tuple[UUID, int]]:
+    return list(rows.values(field).annotate(n=Count("pk")).order_by().values_list(field, "n"))
 
 
-def failures_by_agent(*, viewer: User, limit: int = 20) -> list[GroupCount]:
-    return _grouped("agent__name", viewer=viewer, limit=limit)
-
-
-def failures_by_model_version(*, viewer: User, limit: int = 20) -> list[GroupCount]:
-    return _grouped("model_version", viewer=viewer, limit=limit)
-
-
-def failures_by_day(*, viewer: User, days: int = 30) -> list[DayCount]:
-    """Failed trajectories per day (started, else ingested) over the last `days`, split by bucket."""
+def _failures_per_day(*, days: int) -> list[tuple[UUID, date, int | None, int]]:
+    """Failed trajectories per agent and day (started, else ingested) over the last `days`, per bucket
+    (None: carrying none; a trajectory with two buckets counts in both)."""
     since = timezone.now() - timedelta(days=days)
     failures = (
-        Trajectory.objects.filter(agents_filter(viewer), outcome=Outcome.FAILURE)
+        Trajectory.objects.filter(outcome=Outcome.FAILURE)
         .annotate(day=TruncDate(Coalesce("started_at", "ingested_at")))
         .filter(day__gte=since.date())
     )
     bucketed = Exists(BucketAssignment.objects.filter(trajectory=OuterRef("pk")))
-    rows: list[DayCount] = []
-    for row in failures.filter(~bucketed).values("day").annotate(n=Count("pk")).order_by("day"):
-        rows.append(DayCount(row["day"], NOT_BUCKETED, "#ced4da", row["n"]))
+    rows: list[tuple[UUID, date, int | None, int]] = [
+        (row["agent_id"], row["day"], None, row["n"])
+        for row in failures.filter(~bucketed).values("agent_id", "day").annotate(n=Count("pk")).order_by()
+    ]
     per_bucket = (
         failures.filter(bucket_assignments__isnull=False)
-        .values("day", "bucket_assignments__bucket__name", "bucket_assignments__bucket__colour")
+        .values("agent_id", "day", "bucket_assignments__bucket_id")
         .annotate(n=Count("pk"))
-        .order_by("day")
+        .order_by()
     )
-    for row in per_bucket:
-        name, colour = row["bucket_assignments__bucket__name"], row["bucket_assignments__bucket__colour"]
-        rows.append(DayCount(row["day"], name, colour, row["n"]))
+    rows += [(row["agent_id"], row["day"], row["bucket_assignments__bucket_id"], row["n"]) for row in per_bucket]
     return rows
+
+
+@dataclass(frozen=True)
+class DashboardCounts:
+    """The dashboard summaries of the agents a viewer may see, and when the oldest of them was counted."""
+
+    rows: list[CountSummary]
+    counted_at: datetime
+
+
+def dashboard_counts(*, viewer: User) -> DashboardCounts:
+    """The "dashboard" summaries of the agents `viewer` may see (beat recounts them every
+    SUMMARY_REFRESH_SECONDS); recounted now where one is missing or stale."""
+    rows, fresh = summaries_read(viewer=viewer, kinds=[DASHBOARD_KIND])[DASHBOARD_KIND]
+    if not fresh:
+        from flywheel.dashboards.services import dashboard_summaries_recount  # services import this module
+
+        dashboard_summaries_recount()
+        rows, _ = summaries_read(viewer=viewer, kinds=[DASHBOARD_KIND])[DASHBOARD_KIND]
+    return DashboardCounts(rows, min((row.counted_at for row in rows), default=timezone.now()))
+
+
+def failures_by_bucket(counted: DashboardCounts) -> list[BucketCount]:
+    """Per bucket in position order: trajectories carrying it, and those only suggested it so far."""
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for row in counted.rows:
+        for bucket_id, (assigned, awaiting) in row.counts.get("buckets", {}).items():
+            totals[bucket_id][0] += assigned
+            totals[bucket_id][1] += awaiting
+    buckets = Bucket.objects.all()
+    return [BucketCount(bucket.name, bucket.colour, *totals.get(str(bucket.pk), [0, 0])) for bucket in buckets]
+
+
+def _top(groups: dict[str, list[int]], limit: int) -> list[GroupCount]:
+    ordered = sorted(groups.items(), key=lambda item: (-item[1][0], item[0]))[:limit]
+    return [GroupCount(name or "(none)", failures, total) for name, (failures, total) in ordered]
+
+
+def failures_by_agent(counted: DashboardCounts, *, limit: int = 20) -> list[GroupCount]:
+    names = dict(Agent.objects.filter(pk__in=[row.agent_id for row in counted.rows]).values_list("pk", "name"))
+    groups = {names[row.agent_id]: [row.counts.get("failures", 0), row.counts.get("trajectories", 0)]
+              for row in counted.rows if row.counts.get("trajectories")}  # fmt: skip
+    return _top(groups, limit)
+
+
+def failures_by_model_version(counted: DashboardCounts, *, limit: int = 20) -> list[GroupCount]:
+    groups: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for row in counted.rows:
+        for tag, (failures, total) in row.counts.get("versions", {}).items():
+            groups[tag][0] += failures
+            groups[tag][1] += total
+    return _top(groups, limit)
+
+
+def failures_by_day(counted: DashboardCounts, *, days: int = DASHBOARD_DAYS) -> list[DayCount]:
+    """Failed trajectories per day (started, else ingested) over the last `days` (at most DASHBOARD_DAYS),
+    split by bucket: those carrying none first."""
+    since = (timezone.now() - timedelta(days=days)).date().isoformat()
+    totals: dict[tuple[str, str], int] = defaultdict(int)
+    for row in counted.rows:
+        for day, per_bucket in row.counts.get("days", {}).items():
+            if day >= since:
+                for bucket_id, n in per_bucket.items():
+                    totals[(bucket_id, day)] += n
+    buckets = {str(bucket.pk): bucket for bucket in Bucket.objects.all()}
+    by_day = sorted(totals.items(), key=lambda item: item[0][1])
+    rows = [DayCount(date.fromisoformat(day), NOT_BUCKETED, "#ced4da", n) for (bucket, day), n in by_day if not bucket]
+    for (bucket_id, day), n in by_day:
+        if bucket_id and bucket_id in buckets:
+            rows.append(DayCount(date.fromisoformat(day), buckets[bucket_id].name, buckets[bucket_id].colour, n))
+    return rows
+
+
+@dataclass(frozen=True)
+class HomeCounts:
+    """The home page's tiles: trajectories, failures, unreviewed failures and reviewed trajectories (as of
+    `counted_at`), and the review queues."""
+
+    trajectories: int
+    failures: int
+    unreviewed_failures: int
+    reviewed: int
+    queues: int
+    counted_at: datetime
+
+
+def home_counts(counted: DashboardCounts, *, viewer: User) -> HomeCounts:
+    def total(name: str) -> int:
+        return sum(row.counts.get(name, 0) for row in counted.rows)
+
+    return HomeCounts(total("trajectories"), total("failures"), total("unreviewed_failures"), total("reviewed"),
+                      queue_visible(viewer=viewer).count(), counted.counted_at)  # fmt: skip
 
 
 # --- The home page: tasks per split, jobs, live versions and their gates ---------------------

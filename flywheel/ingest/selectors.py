@@ -17,11 +17,13 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from flywheel.core.selectors import agent_names_filter, agents_filter, sees_all_agents
-from flywheel.ingest.models import Feedback, Outcome, Step, Trajectory, Upload
+from flywheel.ingest.models import Feedback, Step, Trajectory, Upload
 
 FEEDBACK_ANY = "any"
 # How many of the newest rows a text search reads before it turns to the trigram index (keyset_page).
 TEXT_PROBE_ROWS = 500
+# A tool called in at most this many steps is filtered by its trajectories' ids (`_tool_filter`).
+RARE_TOOL_STEPS = 1000
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def trajectory_queryset(filters: TrajectoryFilters, *, viewer: User, text: bool 
     if filters.until:
         rows = rows.filter(ingested_at__lt=_day_start(filters.until + timedelta(days=1)))
     if filters.tool:
-        rows = rows.filter(Exists(Step.objects.filter(trajectory=OuterRef("pk"), tool_name=filters.tool)))
+        rows = rows.filter(_tool_filter(filters.tool))
     if filters.text and text:
         rows = rows.filter(search_text__icontains=filters.text)
     if filters.feedback:
@@ -86,6 +88,16 @@ def trajectory_queryset(filters: TrajectoryFilters, *, viewer: User, text: bool 
             given = given.filter(thumb=filters.feedback)
         rows = rows.filter(Exists(given))
     return rows.defer("search_text", "metadata", "final_result")
+
+
+def _tool_filter(tool: str) -> Q:
+    """The trajectories with a step calling `tool`. A rare tool's few trajectories are looked up by id: the
+    newest-first walk with a per-row test would read every trajectory before finding that none (or few) match.
+    Up to RARE_TOOL_STEPS of its steps are read from the (tool_name, trajectory) index to tell."""
+    calls = list(Step.objects.filter(tool_name=tool).values_list("trajectory_id", flat=True)[: RARE_TOOL_STEPS + 1])
+    if len(calls) <= RARE_TOOL_STEPS:
+        return Q(pk__in=set(calls))
+    return Q(Exists(Step.objects.filter(trajectory=OuterRef("pk"), tool_name=tool)))
 
 
 def trajectory_page(
@@ -169,9 +181,3 @@ def upload_get(*, upload_id: UUID, viewer: User) -> Upload | None:
 
 def upload_recent(*, viewer: User, limit: int = 20) -> QuerySet[Upload]:
     return upload_visible(viewer=viewer).select_related("uploaded_by")[:limit]
-
-
-def trajectory_counts(*, viewer: User) -> dict[str, int]:
-    """Totals for the home page: the trajectories `viewer` may see, and those that failed."""
-    rows = trajectory_visible(viewer=viewer)
-    return {"total": rows.count(), "failures": rows.filter(outcome=Outcome.FAILURE).count()}

@@ -29,7 +29,7 @@ from django.db.models import Avg, Count, Exists, F, OuterRef, Q, QuerySet
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from flywheel.core.models import Agent
+from flywheel.core.models import Agent, CountSummary
 from flywheel.core.selectors import agents_filter, visible_agents
 from flywheel.ingest.models import Feedback, Outcome, Step, Trajectory
 from flywheel.monitoring.models import Alert, MonitoredRate, OnlineScore, ScoringRule
@@ -208,6 +208,7 @@ class Monitor:
     marks: list[DeploymentMark]
     alerts: list[Alert]
     failing: list[OnlineScore] = field(default_factory=list)
+    counted_at: datetime | None = None  # when the rows and rates were counted
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -231,44 +232,84 @@ def _durations(rows: QuerySet[Trajectory]) -> tuple[dict[str, list[float]], dict
     return by_tag, by_day
 
 
-def _usage(row: dict[str, Any], durations: list[float]) -> Usage:
-    return Usage(percentile(durations, 50), percentile(durations, 95), row["tokens"], row["cost"])
+def _usage(row: dict[str, Any]) -> Usage:
+    return Usage(row["p50"], row["p95"], row["tokens"], row["cost"])
 
 
 def _version_order(row: VersionRow) -> tuple[int, str]:
     return -(row.version.number if row.version else 0), row.tag
 
 
-def monitor_get(*, agent: Agent) -> Monitor:
-    """The agent's monitor: per version tag and per day, the rates, latency, tokens and cost of the window."""
-    since = window_start()
+MONITOR_KIND = "monitor"
+
+
+def _counted_row(row: dict[str, Any], durations: list[float]) -> dict[str, Any]:
+    rates = {name: [row[f"{name}__events"], row[f"{name}__total"]] for name in MonitoredRate.values}
+    return {"tag": row["model_version"], "trajectories": row["trajectories"], "rates": rates, "tokens": row["tokens"],
+            "cost": row["cost"], "p50": percentile(durations, 50), "p95": percentile(durations, 95)}  # fmt: skip
+
+
+def monitor_counts(*, agent: Agent, now: datetime) -> dict[str, Any]:
+    """The agent's window (MONITOR_WINDOW_DAYS before `now`) per version tag and per day: trajectories,
+    each rate's events and total, latency p50/p95, tokens and cost. What beat recounts into the agent's
+    "monitor" `CountSummary` for its monitor page (JSON: days as ISO dates)."""
+    since = now - timedelta(days=settings.MONITOR_WINDOW_DAYS)
     rows = Trajectory.objects.filter(agent=agent, ingested_at__gte=since)
     aggregates = _rate_aggregates()
     by_tag, by_day = _durations(rows)
-    pointer = LivePointer.objects.filter(agent=agent).select_related("version__agent").first()
-    live_version = pointer.version if pointer else None
-    pair = live_and_predecessor(agent=agent)
-    versions = {version.tag: version for version in ModelVersion.objects.filter(agent=agent).select_related("agent")}
     # The aggregates' names are built at run time, which django-stubs cannot follow.
     per_version = cast(list[dict[str, Any]], list(rows.values("model_version").annotate(**aggregates).order_by()))
     per_day = cast(list[dict[str, Any]], list(rows.annotate(day=TruncDate("ingested_at")).values("day", "model_version")
                                               .annotate(**aggregates).order_by("day", "model_version")))  # fmt: skip
+    return {
+        "since": since.isoformat(),
+        "versions": [_counted_row(row, by_tag.get(row["model_version"], [])) for row in per_version],
+        "days": [{**_counted_row(row, by_day.get((row["day"], row["model_version"]), [])),
+                  "day": row["day"].isoformat()} for row in per_day],
+    }  # fmt: skip
+
+
+def _monitor_counted(agent: Agent) -> CountSummary:
+    """The agent's monitor summary; recounted now when missing or older than SUMMARY_STALE_SECONDS."""
+    stale = timezone.now() - timedelta(seconds=settings.SUMMARY_STALE_SECONDS)
+    summary = CountSummary.objects.filter(agent=agent, kind=MONITOR_KIND).first()
+    if summary is None or summary.counted_at < stale:
+        from flywheel.monitoring.services import monitor_summaries_recount  # the services import this module
+
+        monitor_summaries_recount(agents=[agent])
+        summary = CountSummary.objects.get(agent=agent, kind=MONITOR_KIND)
+    return summary
+
+
+def _rates_counted(row: dict[str, Any]) -> dict[str, Rate]:
+    return {name: Rate.of(*row["rates"][name]) for name in MonitoredRate.values}
+
+
+def monitor_get(*, agent: Agent) -> Monitor:
+    """The agent's monitor: per version tag and per day, the rates, latency, tokens and cost of the window,
+    as of its summary's count (beat recounts every SUMMARY_REFRESH_SECONDS; `Monitor.counted_at` says when)."""
+    summary = _monitor_counted(agent)
+    counted = summary.counts
+    pointer = LivePointer.objects.filter(agent=agent).select_related("version__agent").first()
+    live_version = pointer.version if pointer else None
+    pair = live_and_predecessor(agent=agent)
+    versions = {version.tag: version for version in ModelVersion.objects.filter(agent=agent).select_related("agent")}
     version_rows = [
-        VersionRow(row["model_version"], versions.get(row["model_version"]),
-                   live_version is not None and row["model_version"] == live_version.tag, row["trajectories"],
-                   _rates(row), _usage(row, by_tag.get(row["model_version"], [])))
-        for row in per_version
+        VersionRow(row["tag"], versions.get(row["tag"]), live_version is not None and row["tag"] == live_version.tag,
+                   row["trajectories"], _rates_counted(row), _usage(row))
+        for row in counted["versions"]
     ]  # fmt: skip
     day_rows = [
-        DayRow(row["day"], row["model_version"], row["trajectories"], _rates(row),
-               _usage(row, by_day.get((row["day"], row["model_version"]), [])))
-        for row in per_day
-    ]  # fmt: skip
+        DayRow(date.fromisoformat(row["day"]), row["tag"], row["trajectories"], _rates_counted(row), _usage(row))
+        for row in counted["days"]
+    ]
+    since = datetime.fromisoformat(counted["since"])
     return Monitor(
         agent=agent, since=since, live=live_version, predecessor=pair[1] if pair else None,
         versions=sorted(version_rows, key=_version_order), days=day_rows,
         marks=deployment_marks(agent=agent, since=since),
         alerts=list(agent_alerts(agent=agent)[:20]), failing=failing_scores(agent=agent),
+        counted_at=summary.counted_at,
     )  # fmt: skip
 
 

@@ -63,7 +63,13 @@ class Review(TimestampedModel):
     suggested_at = models.DateTimeField(null=True, blank=True, help_text="When suggestions were last computed.")
 
     class Meta:
-        indexes = [models.Index(fields=["state", "claimed_until"], name="review_state_claim")]
+        indexes = [
+            models.Index(fields=["state", "claimed_until"], name="review_state_claim"),
+            # The queue page's "recently reviewed" walks these newest first instead of sorting every member.
+            models.Index(
+                fields=["-updated_at"], condition=models.Q(state__in=["reviewed", "skipped"]), name="review_done_recent"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"review of {self.trajectory_id}"

@@ -11,16 +11,13 @@ name would tell of the agent). Queues are edited by their owner or an admin (`qu
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field, fields
-from datetime import date
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import date, datetime
+from typing import Any, cast
 from uuid import UUID
 
-from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.db.models import (
     BooleanField,
     Count,
@@ -37,7 +34,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import agents_filter, sees_all_agents, visible_agents
+from flywheel.core.selectors import SYSTEM_READER, agents_filter, sees_all_agents, summaries_read, visible_agents
 from flywheel.ingest.models import Feedback, Step, StepKind, Trajectory
 from flywheel.ingest.selectors import Cursor, TrajectoryFilters, keyset_page, trajectory_queryset
 from flywheel.monitoring.models import OnlineScore
@@ -278,46 +275,100 @@ def _queue_member_rows(queue: Queue, rows: QuerySet[Trajectory], *, viewer: User
     ]
 
 
+def _member_parts(queue: Queue, *, viewer: User) -> list[QuerySet[Trajectory]]:
+    """The queue's members as two sets whose union they are: its items, and what its filter matches less
+    the items removed. A query that walks members (the first few in some order) walks each along an index
+    and merges; one query of the union would test each row against the whole filter's set (a hashed
+    subplan: every member read per view)."""
+    added = QueueItem.objects.filter(queue=queue, removed_at__isnull=True).values("trajectory_id")
+    parts = [Trajectory.objects.filter(agents_filter(viewer), pk__in=added)]
+    filters = queue_filters(queue)
+    if not filters.is_empty():
+        removed = QueueItem.objects.filter(queue=queue, trajectory=OuterRef("pk"), removed_at__isnull=False)
+        parts.append(triage_queryset(filters, viewer=viewer).exclude(Exists(removed)))
+    return parts
+
+
+def _queue_first(
+    queue: Queue, *, viewer: User, where: Q, order: Sequence[str], key: Callable[[Trajectory], Any], limit: int
+) -> list[UUID]:
+    """The first `limit` members matching `where` in `order` (`key` sorts alike), from each part's first."""
+    found: dict[UUID, Trajectory] = {}
+    for part in _member_parts(queue, viewer=viewer):
+        found.update((row.pk, row) for row in part.filter(where).select_related("review").order_by(*order)[:limit])
+    return [row.pk for row in sorted(found.values(), key=key)[:limit]]
+
+
 def queue_waiting_members(queue: Queue, *, viewer: User, limit: int = 50) -> list[QueueMember]:
     """The unreviewed members, in the order `next` hands them out, each with why it is in the queue."""
-    waiting = (
-        queue_members(queue, viewer=viewer)
-        .filter(Q(review__isnull=True) | Q(review__state=ReviewState.UNREVIEWED))
-        .select_related("agent")
-        .order_by("ingested_at", "pk")[:limit]
-    )
+    ids = _queue_first(
+        queue, viewer=viewer, where=Q(review__isnull=True) | Q(review__state=ReviewState.UNREVIEWED),
+        order=("ingested_at", "pk"), key=lambda row: (row.ingested_at, row.pk), limit=limit,
+    )  # fmt: skip
+    waiting = Trajectory.objects.filter(pk__in=ids).select_related("agent").order_by("ingested_at", "pk")
     return _queue_member_rows(queue, waiting, viewer=viewer)
 
 
-def queue_candidates(queue: Queue, *, viewer: User) -> QuerySet[Review]:
-    """Reviews `viewer` may be handed now: unreviewed members nobody holds, oldest first."""
+def queue_candidates(queue: Queue, *, viewer: User) -> list[QuerySet[Review]]:
+    """Reviews `viewer` may be handed now, unreviewed members nobody holds, oldest first: one queryset per
+    part of the queue's members (`_member_parts`); the oldest of their first rows is the next one."""
     now = timezone.now()
-    members = queue_members(queue, viewer=viewer).values("pk")
-    return (
-        Review.objects.filter(trajectory__in=members, state=ReviewState.UNREVIEWED)
+    return [
+        Review.objects.filter(trajectory__in=part.values("pk"), state=ReviewState.UNREVIEWED)
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lte=now))
         .order_by("trajectory__ingested_at", "trajectory_id")
-    )
+        for part in _member_parts(queue, viewer=viewer)
+    ]
+
+
+def queue_candidates_first(queue: Queue, *, viewer: User, limit: int) -> list[Review]:
+    """The first `limit` reviews `queue_candidates` would hand out, in order (each part's first, merged)."""
+    found = [review for part in queue_candidates(queue, viewer=viewer)
+             for review in part.select_related("trajectory")[:limit]]  # fmt: skip
+    unique = {review.pk: review for review in found}.values()
+    return sorted(unique, key=lambda review: (review.trajectory.ingested_at, review.trajectory_id))[:limit]
+
+
+def queue_members_among(queues: Sequence[Queue], ids: Collection[UUID], *, viewer: User) -> dict[int, set[UUID]]:
+    """Which of a few trajectories (`ids`) are members of each queue: looked up by id, never by walking members."""
+    if not ids:
+        return {queue.pk: set() for queue in queues}
+    items: dict[tuple[int, UUID], bool] = {
+        (queue_id, trajectory_id): removed_at is None
+        for queue_id, trajectory_id, removed_at in QueueItem.objects.filter(
+            queue__in=queues, trajectory_id__in=ids
+        ).values_list("queue_id", "trajectory_id", "removed_at")
+    }
+    visible = set(Trajectory.objects.filter(agents_filter(viewer), pk__in=ids).values_list("pk", flat=True))
+    found = {}
+    for queue in queues:
+        filters = queue_filters(queue)
+        matched = set() if filters.is_empty() else set(
+            triage_queryset(filters, viewer=viewer).filter(pk__in=ids).values_list("pk", flat=True)
+        )  # fmt: skip
+        found[queue.pk] = {
+            pk for pk in visible if items.get((queue.pk, pk)) is True or (pk in matched and (queue.pk, pk) not in items)
+        }
+    return found
 
 
 def queue_held(queue: Queue, reviewer: User) -> Review | None:
     """The member this reviewer holds a live claim on, if any: "next" hands it back first."""
-    return (
-        Review.objects.filter(
-            trajectory__in=queue_members(queue, viewer=reviewer).values("pk"),
-            state=ReviewState.UNREVIEWED,
-            claimed_by=reviewer,
-            claimed_until__gt=timezone.now(),
-        )
+    held = list(
+        Review.objects.filter(state=ReviewState.UNREVIEWED, claimed_by=reviewer, claimed_until__gt=timezone.now())
+        .select_related("trajectory")
         .order_by("trajectory__ingested_at", "trajectory_id")
-        .first()
-    )
+    )  # a reviewer holds a claim or two at a time
+    members = queue_members_among([queue], [review.trajectory_id for review in held], viewer=reviewer)[queue.pk]
+    return next((review for review in held if review.trajectory_id in members), None)
 
 
 def queue_missing_reviews(queue: Queue, *, viewer: User, limit: int) -> list[UUID]:
     """Members without a review row yet (ingested before triage, or suggestions still queued)."""
-    missing = queue_members(queue, viewer=viewer).filter(review__isnull=True)
-    return list(missing.values_list("pk", flat=True)[:limit])
+    missing: set[UUID] = set()
+    for part in _member_parts(queue, viewer=viewer):
+        missing.update(part.filter(review__isnull=True).values_list("pk", flat=True)[:limit])
+    return sorted(missing)[:limit]
 
 
 def queue_may_review(queue: Queue, user: User) -> bool:
@@ -332,6 +383,7 @@ class QueueProgress:
     reviewed: int
     skipped: int
     claimed: int
+    counted_at: datetime | None = None  # when total, reviewed and skipped were counted; None: just now
 
     @property
     def remaining(self) -> int:
@@ -343,39 +395,12 @@ class QueueProgress:
 
 
 def queue_progress(queue: Queue, *, viewer: User) -> QueueProgress:
+    """The queue's progress counted now, over every member: for the page that says a queue is done."""
     return queue_progress_many([queue], viewer=viewer)[queue.pk]
 
 
-PROGRESS_GENERATION_KEY = "triage:progress:generation"
-
-
-def queue_progress_recent(queue: Queue, *, viewer: User) -> QueueProgress:
-    """The queue's progress as counted at most TRIAGE_PROGRESS_CACHE_SECONDS ago, for the review page.
-
-    Shared by the viewers who see the same agents; the queue's own page always counts afresh. A
-    review saved, skipped or marked in bulk starts a new generation (`progress_changed`), so a
-    reviewer never sees a count from before their own save; claims and arrivals may lag.
-    """
-    seconds = settings.TRIAGE_PROGRESS_CACHE_SECONDS
-    if not seconds:
-        return queue_progress(queue, viewer=viewer)
-    scope = (
-        "all"
-        if sees_all_agents(viewer)
-        else ",".join(sorted(map(str, visible_agents(viewer).values_list("pk", flat=True))))
-    )
-    generation = cache.get(PROGRESS_GENERATION_KEY, 0)
-    key = f"triage:progress:{queue.pk}:{generation}:{hashlib.sha256(scope.encode()).hexdigest()[:20]}"
-    cached = cache.get(key)
-    if cached is not None:
-        return QueueProgress(*cached)
-    progress = queue_progress(queue, viewer=viewer)
-    cache.set(key, astuple(progress), seconds)
-    return progress
-
-
 def queue_progress_many(queues: Sequence[Queue], *, viewer: User) -> dict[int, QueueProgress]:
-    """Each queue's progress, in one query whatever the number of queues (a UNION ALL of their counts)."""
+    """Each queue's progress counted now, in one query whatever the number of queues (a UNION ALL of their counts)."""
     live_claim = Q(review__state=ReviewState.UNREVIEWED, review__claimed_until__gt=timezone.now())
     parts = [
         queue_members(queue, viewer=viewer)
@@ -399,6 +424,90 @@ def queue_progress_many(queues: Sequence[Queue], *, viewer: User) -> dict[int, Q
     return {queue.pk: found.get(queue.pk, QueueProgress(0, 0, 0, 0)) for queue in queues}
 
 
+# --- queue summaries: counted by beat, added up per viewer -----------------------------------
+
+
+def queue_summary_kind(queue_id: int) -> str:
+    return f"queue:{queue_id}"
+
+
+def queue_counts_by_agent(queue: Queue) -> dict[UUID, dict[str, Any]]:
+    """Per agent, the queue's members, those reviewed and skipped, and per reviewer (by name) the members
+    they reviewed and skipped: the system's recount behind the queue's summary (`CountSummary`), of
+    every agent, split by agent before any page adds up those a viewer may see."""
+    members = queue_members(queue, viewer=cast(User, SYSTEM_READER))
+    counts: dict[UUID, dict[str, Any]] = {}
+    totals = members.values("agent_id").annotate(
+        total=Count("pk"),
+        reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
+        skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
+    )
+    for row in totals.order_by():
+        counts[row["agent_id"]] = {"total": row["total"], "reviewed": row["reviewed"], "skipped": row["skipped"],
+                                   "reviewers": {}}  # fmt: skip
+    by_reviewer = members.filter(review__reviewer__isnull=False).values("agent_id", "review__reviewer__username")
+    for done in by_reviewer.annotate(
+        reviewed=Count("pk", filter=Q(review__state=ReviewState.REVIEWED)),
+        skipped=Count("pk", filter=Q(review__state=ReviewState.SKIPPED)),
+    ).order_by():
+        counts[done["agent_id"]]["reviewers"][done["review__reviewer__username"]] = [done["reviewed"], done["skipped"]]
+    return counts
+
+
+def _queue_summaries(queues: Sequence[Queue], *, viewer: User) -> dict[int, tuple[list[dict[str, Any]], datetime]]:
+    """Each queue's summary rows of the agents `viewer` may see, and when the oldest was counted;
+    recounted now where one is missing or stale (beat was not running), as the first view after a change would."""
+    kinds = {queue_summary_kind(queue.pk): queue for queue in queues}
+    read = summaries_read(viewer=viewer, kinds=list(kinds))
+    stale = [queue.pk for kind, queue in kinds.items() if not read[kind][1]]
+    if stale:
+        from flywheel.triage.services import queue_summaries_recount  # the services import this module
+
+        queue_summaries_recount(queue_ids=stale)
+        read = summaries_read(viewer=viewer, kinds=list(kinds))
+    found = {}
+    for kind, queue in kinds.items():
+        rows, _ = read[kind]
+        counted_at = min((row.counted_at for row in rows), default=timezone.now())
+        found[queue.pk] = ([row.counts for row in rows], counted_at)
+    return found
+
+
+def _live_claims(queues: Sequence[Queue], *, viewer: User) -> dict[int, dict[str, int]]:
+    """Per queue, the live claims on its members per reviewer's name: few rows (a claim per reviewer working),
+    found through the claims index, then each claimed trajectory's membership."""
+    claimed = dict(
+        Review.objects.filter(agents_filter(viewer, "trajectory__agent"), state=ReviewState.UNREVIEWED,
+                              claimed_until__gt=timezone.now(), claimed_by__isnull=False)
+        .values_list("trajectory_id", "claimed_by__username")
+    )  # fmt: skip
+    members = queue_members_among(queues, list(claimed), viewer=viewer)
+    held: dict[int, dict[str, int]] = {}
+    for queue in queues:
+        per_reviewer: dict[str, int] = {}
+        for trajectory_id in members[queue.pk]:
+            per_reviewer[claimed[trajectory_id]] = per_reviewer.get(claimed[trajectory_id], 0) + 1
+        held[queue.pk] = per_reviewer
+    return held
+
+
+def queue_progress_counted(queues: Sequence[Queue], *, viewer: User) -> dict[int, QueueProgress]:
+    """Each queue's progress for the queue list, its page and the review page: members, reviewed and
+    skipped from its summary (`counted_at` says when: beat recounts every SUMMARY_REFRESH_SECONDS), and
+    the live claims counted now. A fixed number of queries per queue whatever its size."""
+    summaries = _queue_summaries(queues, viewer=viewer)
+    held = _live_claims(queues, viewer=viewer)
+    progress = {}
+    for queue in queues:
+        rows, counted_at = summaries[queue.pk]
+        progress[queue.pk] = QueueProgress(
+            total=sum(row.get("total", 0) for row in rows), reviewed=sum(row.get("reviewed", 0) for row in rows),
+            skipped=sum(row.get("skipped", 0) for row in rows), claimed=sum(held[queue.pk].values()),
+            counted_at=counted_at,
+        )  # fmt: skip
+    return progress
+
+
 @dataclass(frozen=True)
 class ReviewerProgress:
     username: str
@@ -407,43 +516,39 @@ class ReviewerProgress:
     holding: int
 
 
-def queue_reviewer_progress(queue: Queue, *, viewer: User) -> list[ReviewerProgress]:
-    """Per reviewer: members reviewed and skipped, and claims held now; assigned reviewers always listed."""
-    reviews = Review.objects.filter(trajectory__in=queue_members(queue, viewer=viewer).values("pk"))
-    done: dict[str, tuple[int, int]] = {
-        row["reviewer__username"]: (row["reviewed"], row["skipped"])
-        for row in reviews.filter(reviewer__isnull=False)
-        .values("reviewer__username")
-        .annotate(
-            reviewed=Count("pk", filter=Q(state=ReviewState.REVIEWED)),
-            skipped=Count("pk", filter=Q(state=ReviewState.SKIPPED)),
-        )
-    }
-    held: dict[str, int] = dict(
-        reviews.filter(state=ReviewState.UNREVIEWED, claimed_until__gt=timezone.now())
-        .values("claimed_by__username")
-        .annotate(count=Count("pk"))
-        .values_list("claimed_by__username", "count")
-    )
-    names = sorted(set(done) | set(held) | set(queue.reviewers.values_list("username", flat=True)))
-    return [ReviewerProgress(name, *done.get(name, (0, 0)), held.get(name, 0)) for name in names]
+def queue_reviewers_counted(queue: Queue, *, viewer: User) -> list[ReviewerProgress]:
+    """Per reviewer: members reviewed and skipped (from the queue's summary, as of its `counted_at`) and
+    claims held now; the queue's assigned reviewers are always listed."""
+    rows, _ = _queue_summaries([queue], viewer=viewer)[queue.pk]
+    done: dict[str, list[int]] = {}
+    for row in rows:
+        for name, (reviewed, skipped) in row.get("reviewers", {}).items():
+            total = done.setdefault(name, [0, 0])
+            total[0] += reviewed
+            total[1] += skipped
+    held = _live_claims([queue], viewer=viewer)[queue.pk]
+    names = sorted(set(done) | set(held) | {reviewer.get_username() for reviewer in queue.reviewers.all()})
+    return [ReviewerProgress(name, done.get(name, [0, 0])[0], done.get(name, [0, 0])[1], held.get(name, 0))
+            for name in names]  # fmt: skip
 
 
 def queue_list(*, viewer: User) -> list[tuple[Queue, QueueProgress]]:
     queues = list(queue_visible(viewer=viewer).prefetch_related("reviewers"))
-    progress = queue_progress_many(queues, viewer=viewer)
+    progress = queue_progress_counted(queues, viewer=viewer)
     return [(queue, progress[queue.pk]) for queue in queues]
 
 
 def queue_recent_members(queue: Queue, *, viewer: User, limit: int = 50) -> list[QueueMember]:
     """The members most recently reviewed or skipped, newest first, for the queue page, with why each is there."""
+    ids = _queue_first(
+        queue, viewer=viewer, where=Q(review__state__in=(ReviewState.REVIEWED, ReviewState.SKIPPED)),
+        order=("-review__updated_at",), key=lambda row: -row.review.updated_at.timestamp(), limit=limit,
+    )  # fmt: skip
     recent = (
-        queue_members(queue, viewer=viewer)
-        .exclude(review__state=ReviewState.UNREVIEWED)
-        .filter(review__isnull=False)
+        Trajectory.objects.filter(pk__in=ids)
         .select_related("agent", "review", "review__reviewer")
         .prefetch_related(Prefetch("bucket_assignments", queryset=BucketAssignment.objects.select_related("bucket")))
-        .order_by("-review__updated_at")[:limit]
+        .order_by("-review__updated_at")
     )
     return _queue_member_rows(queue, recent, viewer=viewer)
 
@@ -530,24 +635,6 @@ def _bucket_state(
     else:
         checked, step = prefill and suggestion is not None, suggested_step
     return BucketState(bucket, key, checked, step if checked else None, suggested_step, suggestion is not None)
-
-
-@dataclass(frozen=True)
-class TriageCounts:
-    unreviewed_failures: int
-    reviewed: int
-    queues: int
-
-
-def triage_counts(*, viewer: User) -> TriageCounts:
-    """Totals for the home page's triage tiles, of the agents `viewer` may see."""
-    unreviewed = TriageFilters(base=TrajectoryFilters(outcome="failure"), state=ReviewState.UNREVIEWED)
-    reviewed = Review.objects.filter(agents_filter(viewer, "trajectory__agent"), state=ReviewState.REVIEWED)
-    return TriageCounts(
-        unreviewed_failures=triage_queryset(unreviewed, viewer=viewer).count(),
-        reviewed=reviewed.count(),
-        queues=queue_visible(viewer=viewer).count(),
-    )
 
 
 def agent_policy_json(agent_id: UUID | None) -> dict[str, Any] | None:

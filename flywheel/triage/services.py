@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,7 +22,6 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
@@ -31,8 +29,8 @@ from django.db.models.functions import Substr
 from django.utils import timezone
 from django.utils.text import slugify
 
-from flywheel.core.models import Agent
-from flywheel.core.services import audit_record
+from flywheel.core.models import Agent, CountSummary
+from flywheel.core.services import audit_record, summaries_drop, summaries_store
 from flywheel.datasets.conversion import agent_turn, conversation_before, step_source_ref, turn_message
 from flywheel.datasets.models import PairSource, SourceKind, Split
 from flywheel.datasets.pairs import call_message, text_message, trl_message
@@ -262,11 +260,6 @@ def _assignments_replace(*, actor: User, trajectory: Trajectory, choices: Sequen
         assignment.save()
 
 
-def _progress_changed() -> None:
-    """After the commit, a new generation of queue progress: the review page recounts (`queue_progress_recent`)."""
-    transaction.on_commit(lambda: cache.set(selectors.PROGRESS_GENERATION_KEY, time.time_ns(), None), robust=True)
-
-
 @transaction.atomic
 def review_submit(*, actor: User, trajectory: Trajectory, choices: Sequence[BucketChoice], note: str = "") -> Review:
     """Store a reviewer's buckets and note, mark the trajectory reviewed, and release its claim."""
@@ -283,7 +276,6 @@ def review_submit(*, actor: User, trajectory: Trajectory, choices: Sequence[Buck
     review.save()
     after = {choice.bucket.slug: choice.step_index for choice in choices}
     audit_record(actor=actor, action="review.submit", target=trajectory, data={"buckets": after, "before": before})
-    _progress_changed()
     return review
 
 
@@ -298,7 +290,6 @@ def review_skip(*, actor: User, trajectory: Trajectory) -> Review:
     review.full_clean()
     review.save()
     audit_record(actor=actor, action="review.skip", target=trajectory, data={"state": review.state})
-    _progress_changed()
     return review
 
 
@@ -337,12 +328,21 @@ def _correction_task(correction: Correction, prompt: list[dict[str, Any]], fix: 
     trajectory = correction.trajectory
     expected = [ExpectedCall.exact(fix.call.name, fix.call.arguments)] if fix.call else []
     try:
-        task = Task(id=f"{trajectory.external_id or trajectory.pk}@step{correction.step_index}", messages=prompt,
-                    tools=list(trajectory.agent.tools), expected_calls=expected, no_call_expected=fix.call is None)
-        origin = TaskOrigin(source_kind=SourceKind.TRAJECTORY, source_trajectory_id=trajectory.pk,
-                            source_ref=step_source_ref(correction.step_index))
-        correction.task = task_create(actor=correction.reviewer, task=task, split=fix.task_split,
-                                      agent=trajectory.agent, origin=origin)
+        task = Task(
+            id=f"{trajectory.external_id or trajectory.pk}@step{correction.step_index}",
+            messages=prompt,
+            tools=list(trajectory.agent.tools),
+            expected_calls=expected,
+            no_call_expected=fix.call is None,
+        )
+        origin = TaskOrigin(
+            source_kind=SourceKind.TRAJECTORY,
+            source_trajectory_id=trajectory.pk,
+            source_ref=step_source_ref(correction.step_index),
+        )
+        correction.task = task_create(
+            actor=correction.reviewer, task=task, split=fix.task_split, agent=trajectory.agent, origin=origin
+        )
     except (ContractError, TaskRefused) as error:
         raise ValidationError(f"no task made: {error}") from error
 
@@ -377,9 +377,17 @@ def correction_create(*, actor: User, trajectory: Trajectory, fix: CorrectionInp
         _correction_task(correction, prompt, fix)
         correction.save(update_fields=["task", "updated_at"])
     if fix.make_pair:
-        draft = PairDraft(agent=trajectory.agent, prompt=prompt, tools=list(trajectory.agent.tools),
-                          chosen=[corrected], rejected=[original], source=PairSource.CORRECTION,
-                          trajectory=trajectory, step_index=correction.step_index, correction_id=correction.pk)
+        draft = PairDraft(
+            agent=trajectory.agent,
+            prompt=prompt,
+            tools=list(trajectory.agent.tools),
+            chosen=[corrected],
+            rejected=[original],
+            source=PairSource.CORRECTION,
+            trajectory=trajectory,
+            step_index=correction.step_index,
+            correction_id=correction.pk,
+        )
         try:
             pair_create(actor=actor, draft=draft, split=fix.task_split or fix.pair_split)
         except PairRefused as error:
@@ -397,40 +405,52 @@ def queue_next(*, queue: Queue, reviewer: User) -> Trajectory | None:
     """The trajectory this reviewer should review next, claimed for them; None when the queue is done.
 
     A reviewer's live claim comes back first (a reload does not take a second item). Claims
-    expire after CLAIM_TTL, so items abandoned in a closed tab return to the queue.
+    expire after CLAIM_TTL, so items abandoned in a closed tab return to the queue. Members without
+    a review row yet (ingested before triage, or their suggestions still queued) are handed out once
+    none with one is left: finding them reads every member, which "next" cannot afford on each call.
     """
     if not selectors.queue_may_review(queue, reviewer):
         raise PermissionDenied(f"{reviewer.get_username()} is not a reviewer of queue {queue.name}")
     held = selectors.queue_held(queue, reviewer)
     if held is not None:
         return held.trajectory
-    missing = selectors.queue_missing_reviews(queue, viewer=reviewer, limit=CHUNK)
-    if missing:
-        _reviews_ensure(missing)
     claim = _claim_skip_locked if connection.vendor == "postgresql" else _claim_conditional
     review = claim(selectors.queue_candidates(queue, viewer=reviewer), reviewer)
+    if review is None:
+        missing = selectors.queue_missing_reviews(queue, viewer=reviewer, limit=CHUNK)
+        if missing:
+            _reviews_ensure(missing)
+            review = claim(selectors.queue_candidates(queue, viewer=reviewer), reviewer)
     return review.trajectory if review is not None else None
 
 
-def _claim_skip_locked(candidates: QuerySet[Review], reviewer: User) -> Review | None:
-    """Lock the first candidate nobody else is locking, and claim it; rows locked by others are skipped."""
+def _claim_skip_locked(candidates: list[QuerySet[Review]], reviewer: User) -> Review | None:
+    """Lock each part's first candidate nobody else is locking, and claim the oldest of them; rows locked by
+    others are skipped (the others locked here are free again at the commit, a moment later)."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT])
-        review = candidates.select_for_update(skip_locked=True, of=("self",)).first()
-        if review is None:
+        firsts = [
+            review
+            for part in candidates
+            if (review := part.select_related("trajectory").select_for_update(skip_locked=True, of=("self",)).first())
+        ]
+        if not firsts:
             return None
+        review = min(firsts, key=lambda row: (row.trajectory.ingested_at, row.trajectory_id))
         review.claimed_by = reviewer
         review.claimed_until = timezone.now() + CLAIM_TTL
         review.save(update_fields=["claimed_by", "claimed_until", "updated_at"])
         return review
 
 
-def _claim_conditional(candidates: QuerySet[Review], reviewer: User) -> Review | None:
+def _claim_conditional(candidates: list[QuerySet[Review]], reviewer: User) -> Review | None:
     """Claim with an UPDATE that only matches an unclaimed row; 0 rows means someone was faster."""
     for _ in range(CLAIM_ATTEMPTS):
-        pk = candidates.values_list("pk", flat=True).first()
-        if pk is None:
+        firsts = [row for part in candidates
+                  if (row := part.values_list("trajectory__ingested_at", "trajectory_id", "pk").first())]  # fmt: skip
+        if not firsts:
             return None
+        pk = min(firsts)[2]
         now = timezone.now()
         unclaimed = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now)
         won = Review.objects.filter(unclaimed, pk=pk, state=ReviewState.UNREVIEWED).update(
@@ -492,6 +512,7 @@ def queue_update(
     """Change a queue; items its earlier rules added stay, and changed rules apply to arrivals from now on."""
     queue.name, queue.description = name, description
     _queue_save(queue=queue, filters=filters, reviewers=reviewers, rules=rules)
+    summaries_drop(kind=selectors.queue_summary_kind(queue.pk))  # its filter may have changed: recount on view
     audit_record(actor=actor, action="queue.update", target=queue, data=_queue_data(queue))
     return queue
 
@@ -519,6 +540,7 @@ def queue_items_add(*, actor: User, queue: Queue, trajectory_ids: Sequence[UUID]
             removed_at=None, removed_by=None,
         )  # fmt: skip
     added = QueueItem.objects.filter(queue=queue).count() - before + restored
+    summaries_drop(kind=selectors.queue_summary_kind(queue.pk))  # who added them sees them counted
     audit_record(actor=actor, action="queue.add_items", target=queue, data=_bulk_data(trajectory_ids, added))
     return added
 
@@ -531,7 +553,7 @@ def queue_item_remove(*, actor: User, queue: Queue, trajectory: Trajectory) -> Q
     item = QueueItem.objects.select_for_update().filter(queue=queue, trajectory=trajectory).first()
     if item is not None and item.removed_at is not None:
         return item
-    if not selectors.queue_members(queue, viewer=actor).filter(pk=trajectory.pk).exists():
+    if trajectory.pk not in selectors.queue_members_among([queue], [trajectory.pk], viewer=actor)[queue.pk]:
         raise ValidationError(f"{trajectory} is not in queue {queue.name}")
     if item is None:
         # Only the filter matched it: the tombstone is the row. A rule adding it meanwhile loses the race.
@@ -541,9 +563,27 @@ def queue_item_remove(*, actor: User, queue: Queue, trajectory: Trajectory) -> Q
     item.removed_at, item.removed_by = timezone.now(), actor
     item.full_clean()
     item.save()
+    summaries_drop(kind=selectors.queue_summary_kind(queue.pk))
     data = {"trajectory": str(trajectory.pk), "source": item.source, "rule": item.rule}
     audit_record(actor=actor, action="queue.remove_item", target=queue, data=data)
     return item
+
+
+def queue_summaries_recount(*, queue_ids: Sequence[int] | None = None) -> int:
+    """Recount the queues' summaries (all queues by default; beat's `summaries_recount`), and forget those of
+    deleted queues. Each is counted in its own transaction, so it is one consistent count. Returns how many."""
+    queues = Queue.objects.all() if queue_ids is None else Queue.objects.filter(pk__in=queue_ids)
+    recounted = 0
+    for queue in queues:
+        with transaction.atomic():
+            counted_at = timezone.now()
+            summaries_store(kind=selectors.queue_summary_kind(queue.pk), counts=selectors.queue_counts_by_agent(queue),
+                            counted_at=counted_at)  # fmt: skip
+        recounted += 1
+    if queue_ids is None:
+        kept = [selectors.queue_summary_kind(pk) for pk in Queue.objects.values_list("pk", flat=True)]
+        CountSummary.objects.filter(kind__startswith="queue:").exclude(kind__in=kept).delete()
+    return recounted
 
 
 # --- queue rules ---------------------------------------------------------------------------
@@ -673,7 +713,6 @@ def review_bulk_mark_reviewed(*, actor: User, trajectory_ids: Sequence[UUID]) ->
             )
         )
     audit_record(actor=actor, action="review.bulk_mark_reviewed", data=_bulk_data(trajectory_ids, changed))
-    _progress_changed()
     return changed
 
 

@@ -115,8 +115,8 @@ def queue_detail(request: AuthedRequest, queue_id: int) -> HttpResponse:
     queue = _queue(request, queue_id)
     context = {
         "queue": queue,
-        "progress": selectors.queue_progress(queue, viewer=request.user),
-        "reviewers": selectors.queue_reviewer_progress(queue, viewer=request.user),
+        "progress": selectors.queue_progress_counted([queue], viewer=request.user)[queue.pk],
+        "reviewers": selectors.queue_reviewers_counted(queue, viewer=request.user),
         "waiting": selectors.queue_waiting_members(queue, viewer=request.user),
         "recent": selectors.queue_recent_members(queue, viewer=request.user),
         "may_review": selectors.queue_may_review(queue, request.user),
@@ -177,7 +177,7 @@ def _review_context(
     return {
         "page": page,
         "queue": queue,
-        "progress": selectors.queue_progress_recent(queue, viewer=request.user) if queue else None,
+        "progress": selectors.queue_progress_counted([queue], viewer=request.user)[queue.pk] if queue else None,
         "can_edit": request.user.has_perm(Perm.TRIAGE),
         "previous": previous,
     }

@@ -46,7 +46,9 @@ def wait_for_trajectory(page, trajectory_id) -> None:
 
 def test_a_reviewer_triages_three_trajectories_with_the_keyboard(page, live_server, make_user, sign_in, airline_queue):
     reviewer = make_user(Role.REVIEWER)
-    expected = [review.trajectory_id for review in selectors.queue_candidates(airline_queue, viewer=reviewer)[:4]]
+    expected = [
+        review.trajectory_id for review in selectors.queue_candidates_first(airline_queue, viewer=reviewer, limit=4)
+    ]
     sign_in(reviewer, PASSWORD)
     page.goto(f"{live_server.url}/triage/queues/{airline_queue.pk}/")
     page.get_by_role("button", name="Start reviewing").focus()
@@ -122,7 +124,9 @@ def test_undo_with_nothing_left_to_undo_reopens_the_trajectory_just_saved(
     page, live_server, make_user, sign_in, airline_queue
 ):
     reviewer = make_user(Role.REVIEWER)
-    first, second = [review.trajectory_id for review in selectors.queue_candidates(airline_queue, viewer=reviewer)[:2]]
+    first, second = [
+        review.trajectory_id for review in selectors.queue_candidates_first(airline_queue, viewer=reviewer, limit=2)
+    ]
     sign_in(reviewer, PASSWORD)
     page.goto(f"{live_server.url}/triage/queues/{airline_queue.pk}/")
     page.get_by_role("button", name="Start reviewing").focus()

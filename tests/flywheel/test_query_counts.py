@@ -29,6 +29,7 @@ from django.utils import timezone
 from flywheel.core.models import Agent
 from flywheel.core.roles import Role
 from flywheel.core.services import api_token_create, audit_record
+from flywheel.dashboards.services import summaries_recount
 from flywheel.datasets.models import RegressionTask, SnapshotItem, SourceKind, TaskRevision, TaskSetSnapshot
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.services import feedback_add
@@ -442,10 +443,12 @@ def test_the_page_reads_in_as_many_queries_for_many_rows_as_for_a_few(
 ) -> None:
     client.force_login(world.viewer)
     case.grow(world, FEW)
+    summaries_recount()  # as beat does: pages read the count summaries (a missing one is counted by the page)
     with CaptureQueriesContext(connection) as few:
         response = client.get(case.url(world))
     assert response.status_code == 200, response.content[:500]
     case.grow(world, MANY - FEW)
+    summaries_recount()
     with django_assert_max_num_queries(len(few)):
         response = client.get(case.url(world))
     assert response.status_code == 200

@@ -28,7 +28,10 @@ def test_failures_per_bucket_count_bucketed_and_still_suggested_trajectories(tau
     services.review_submit(
         actor=reviewer, trajectory=tau_airline["0:0"], choices=[BucketChoice(Bucket.objects.get(slug="bad_planning"))]
     )
-    counts = {count.name: (count.assigned, count.awaiting) for count in selectors.failures_by_bucket(viewer=operator)}
+    counts = {
+        count.name: (count.assigned, count.awaiting)
+        for count in selectors.failures_by_bucket(selectors.dashboard_counts(viewer=operator))
+    }
     assert counts["Incomplete execution"] == (1, 5)
     assert counts["Bad planning"] == (1, 0)
     assert counts["Format error"] == (0, 0)
@@ -36,9 +39,9 @@ def test_failures_per_bucket_count_bucketed_and_still_suggested_trajectories(tau
 
 
 def test_failures_per_agent_and_model_version(tau_airline, operator):
-    [airline] = selectors.failures_by_agent(viewer=operator)
+    [airline] = selectors.failures_by_agent(selectors.dashboard_counts(viewer=operator))
     assert (airline.label, airline.failures, airline.total) == ("airline", 116, 200)
-    [version] = selectors.failures_by_model_version(viewer=operator)
+    [version] = selectors.failures_by_model_version(selectors.dashboard_counts(viewer=operator))
     assert (version.label, version.failures) == ("(none)", 116)
 
 
@@ -49,7 +52,10 @@ def test_failures_per_day_split_by_bucket(tau_airline, make_user, operator):
         trajectory_ids=[tau_airline["0:0"].pk],
     )
     today = timezone.localdate()
-    rows = {(row.day, row.series): row.count for row in selectors.failures_by_day(viewer=operator)}
+    rows = {
+        (row.day, row.series): row.count
+        for row in selectors.failures_by_day(selectors.dashboard_counts(viewer=operator))
+    }
     assert rows == {(today, "not bucketed"): 115, (today, "Wrong tool"): 1}
 
 

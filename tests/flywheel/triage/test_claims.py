@@ -77,7 +77,7 @@ def test_the_conditional_update_also_never_hands_one_item_twice(queue, make_user
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks are PostgreSQL's; SQLite locks the file")
 def test_a_row_another_connection_has_locked_is_skipped_without_waiting(queue, make_user):
-    first = services.selectors.queue_candidates(queue, viewer=make_user(Role.REVIEWER)).first()
+    first = services.selectors.queue_candidates_first(queue, viewer=make_user(Role.REVIEWER), limit=1)[0]
     locked, release = threading.Event(), threading.Event()
 
     def hold_the_first_row() -> None:

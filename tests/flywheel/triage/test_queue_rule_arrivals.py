@@ -149,8 +149,8 @@ def test_a_removed_trajectory_does_not_show_through_the_filter(owner, arrivals):
     apply(arrivals)
     assert members(queue, owner) == {"v3", "v31", "scored"}
     assert QueueItem.objects.get(queue=queue, trajectory=arrivals["args"]).source == QueueItem.Source.FILTER
-    assert {review.trajectory.external_id for review in selectors.queue_candidates(queue, viewer=owner)} <= {
-        "v3", "v31", "scored"}  # fmt: skip
+    candidates = selectors.queue_candidates_first(queue, viewer=owner, limit=100)
+    assert {review.trajectory.external_id for review in candidates} <= {"v3", "v31", "scored"}
 
 
 def test_removing_twice_changes_nothing_and_a_non_member_cannot_be_removed(owner, arrivals):

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
+from django.utils import timezone
 
+from flywheel.core.models import CountSummary
 from flywheel.core.roles import Role
+from flywheel.ingest.models import Trajectory
 from flywheel.ingest.selectors import TrajectoryFilters
 from flywheel.monitoring.models import OnlineScore
 from flywheel.triage import selectors, services
@@ -109,18 +112,14 @@ def test_queue_progress_counts_per_queue_and_per_reviewer(stored, make_user, ope
     held = services.queue_next(queue=queue, reviewer=rita)
     services.review_submit(actor=rita, trajectory=held, choices=[])
     services.queue_next(queue=queue, reviewer=sam)
-    progress = selectors.queue_progress(queue, viewer=operator)
-    assert (progress.total, progress.reviewed, progress.skipped, progress.claimed, progress.remaining) == (
-        2,
-        1,
-        0,
-        1,
-        1,
-    )
+    exact = selectors.queue_progress(queue, viewer=operator)
+    progress = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]  # no summary yet: counted now
+    for counted in (exact, progress):
+        assert (counted.total, counted.reviewed, counted.skipped, counted.claimed, counted.remaining) == (2, 1, 0, 1, 1)
     assert progress.percent == 50
     assert [
         (r.username, r.reviewed, r.skipped, r.holding)
-        for r in selectors.queue_reviewer_progress(queue, viewer=operator)
+        for r in selectors.queue_reviewers_counted(queue, viewer=operator)
     ] == [
         ("rita", 1, 0, 0),
         ("sam", 0, 0, 1),
@@ -169,25 +168,74 @@ def test_the_queue_list_counts_each_queue_as_its_own_page_does(stored, make_user
     ]
     services.review_submit(actor=rita, trajectory=services.queue_next(queue=queues[0], reviewer=rita), choices=[])
     listed = dict(selectors.queue_list(viewer=operator))
-    assert [listed[queue] for queue in queues] == [selectors.queue_progress(q, viewer=operator) for q in queues]
+    assert [_numbers(listed[queue]) for queue in queues] == [
+        _numbers(selectors.queue_progress(q, viewer=operator)) for q in queues
+    ]
     assert [(listed[queue].total, listed[queue].reviewed) for queue in queues] == [(2, 1), (3, 1), (0, 0)]
 
 
-def test_the_review_pages_progress_is_counted_at_most_once_a_while_but_never_older_than_a_save(
-    stored, make_user, operator, settings, django_capture_on_commit_callbacks
-):
-    settings.TRIAGE_PROGRESS_CACHE_SECONDS = 60
+def _numbers(progress: selectors.QueueProgress) -> tuple[int, int, int, int]:
+    return progress.total, progress.reviewed, progress.skipped, progress.claimed
+
+
+def test_queue_progress_is_as_of_its_summary_and_claims_are_live(stored, make_user, operator, settings):
     rita = make_user(Role.REVIEWER, "rita")
     queue = services.queue_create(
         actor=rita, name="recounted", filters=TriageFilters(base=TrajectoryFilters(outcome="failure"))
     )
-    before = selectors.queue_progress_recent(queue, viewer=operator)
+    before = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]
     claimed = services.queue_next(queue=queue, reviewer=rita)
-    assert selectors.queue_progress_recent(queue, viewer=operator) == before  # a claim lags: counted a moment ago
-    assert selectors.queue_progress(queue, viewer=operator).claimed == before.claimed + 1  # the queue page's count
-    with django_capture_on_commit_callbacks(execute=True):
-        services.review_submit(actor=rita, trajectory=claimed, choices=[])
-    assert selectors.queue_progress_recent(queue, viewer=operator).reviewed == before.reviewed + 1
-    with django_capture_on_commit_callbacks(execute=True):
-        services.review_skip(actor=rita, trajectory=services.queue_next(queue=queue, reviewer=rita))
-    assert selectors.queue_progress_recent(queue, viewer=operator).skipped == before.skipped + 1
+    after_claim = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]
+    assert (after_claim.claimed, after_claim.counted_at) == (before.claimed + 1, before.counted_at)  # claims: live
+    services.review_submit(actor=rita, trajectory=claimed, choices=[])
+    stale = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]
+    assert (stale.reviewed, stale.counted_at) == (before.reviewed, before.counted_at)  # as of its count, and says so
+    services.queue_summaries_recount()
+    recounted = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]
+    assert _numbers(recounted) == _numbers(selectors.queue_progress(queue, viewer=operator))
+    assert recounted.reviewed == before.reviewed + 1 and recounted.counted_at > before.counted_at
+
+
+def test_a_summary_older_than_the_stale_limit_is_recounted_by_the_page(stored, make_user, operator, settings):
+    rita = make_user(Role.REVIEWER, "rita")
+    queue = services.queue_create(
+        actor=rita, name="old", filters=TriageFilters(base=TrajectoryFilters(outcome="failure"))
+    )
+    selectors.queue_progress_counted([queue], viewer=operator)
+    services.review_skip(actor=rita, trajectory=services.queue_next(queue=queue, reviewer=rita))
+    settings.SUMMARY_STALE_SECONDS = 1
+    CountSummary.objects.update(counted_at=timezone.now() - timedelta(seconds=2))  # beat stopped a while ago
+    assert selectors.queue_progress_counted([queue], viewer=operator)[queue.pk].skipped == 1
+
+
+def test_editing_a_queue_or_its_items_recounts_it_on_the_next_view(stored, make_user, operator):
+    rita = make_user(Role.REVIEWER, "rita")
+    queue = services.queue_create(actor=rita, name="edited", filters=TriageFilters())
+    assert selectors.queue_progress_counted([queue], viewer=operator)[queue.pk].total == 0
+    services.queue_items_add(actor=rita, queue=queue, trajectory_ids=[stored["ok"].pk, stored["plain"].pk])
+    assert selectors.queue_progress_counted([queue], viewer=operator)[queue.pk].total == 2
+    services.queue_item_remove(actor=rita, queue=queue, trajectory=stored["ok"])
+    assert selectors.queue_progress_counted([queue], viewer=operator)[queue.pk].total == 1
+    services.queue_update(actor=rita, queue=queue, name="edited", reviewers=[],
+                          filters=TriageFilters(base=TrajectoryFilters(outcome="failure")))  # fmt: skip
+    assert _numbers(selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]) == _numbers(
+        selectors.queue_progress(queue, viewer=operator)
+    )
+
+
+def test_the_queue_lists_and_next_merge_the_filters_matches_and_the_items_in_order(stored, make_user):
+    rita = make_user(Role.REVIEWER, "rita")
+    failures = TriageFilters(base=TrajectoryFilters(outcome="failure"))
+    queue = services.queue_create(actor=rita, name="mixed", filters=failures)
+    services.queue_items_add(actor=rita, queue=queue, trajectory_ids=[stored["ok"].pk])  # a success: by hand only
+    oldest_first = ["error", "ok", "plain"]  # the item between the filter's two matches
+    for hours, name in enumerate(reversed(oldest_first)):
+        Trajectory.objects.filter(pk=stored[name].pk).update(ingested_at=timezone.now() - timedelta(hours=hours))
+    waiting = selectors.queue_waiting_members(queue, viewer=rita, limit=2)
+    assert [member.trajectory.external_id for member in waiting] == oldest_first[:2]
+    handed = [services.queue_next(queue=queue, reviewer=make_user(Role.REVIEWER)) for _ in range(3)]
+    assert [trajectory.external_id for trajectory in handed] == oldest_first
+    for name in ("plain", "ok", "error"):
+        services.review_submit(actor=rita, trajectory=stored[name], choices=[])
+    recent = selectors.queue_recent_members(queue, viewer=rita, limit=2)
+    assert [member.trajectory.external_id for member in recent] == ["error", "ok"]

@@ -1,0 +1,207 @@
+"""Count summaries (`CountSummary`): after each kind of change and a recount (beat's task), every number the
+home page, the dashboards and the queues show equals a count made afresh, for each viewer's agents."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db.models import Count, Q
+
+from flywheel.core.models import Agent, CountSummary
+from flywheel.core.roles import Role
+from flywheel.core.selectors import agents_filter
+from flywheel.dashboards import selectors as dashboards
+from flywheel.dashboards import tasks
+from flywheel.ingest.models import Outcome, Trajectory
+from flywheel.ingest.selectors import TrajectoryFilters
+from flywheel.monitoring.selectors import monitor_get, window_start
+from flywheel.triage import selectors as triage
+from flywheel.triage import services
+from flywheel.triage.models import Bucket, BucketAssignment, Queue, Review, ReviewState, Suggestion
+from flywheel.triage.selectors import TriageFilters
+from flywheel.triage.services import BucketChoice
+from tests.flywheel.triage.conftest import call, result, shop_record, user
+
+pytestmark = pytest.mark.django_db
+
+
+def _failing(external_id: str, agent: str = "shop", version: str = "v1") -> dict[str, Any]:
+    steps = [user(), call("lookup_order", {"order_id": "1"}), result("lookup_order", "Error", error=True)]
+    return shop_record(external_id, steps, agent=agent, model_version=f"{agent}:{version}")
+
+
+@pytest.fixture
+def world(store, make_user) -> dict[str, Any]:
+    stored = store(
+        _failing("s1"), _failing("s2", version="v2"), shop_record("s3", [user()], outcome="success"),
+        _failing("b1", agent="bank"), shop_record("b2", [user()], agent="bank", outcome="success"),
+    )  # fmt: skip
+    shop, bank = Agent.objects.get(name="shop"), Agent.objects.get(name="bank")
+    reviewer = make_user(Role.REVIEWER, "rita")
+    failures = services.queue_create(actor=reviewer, name="failures", filters=TriageFilters(base=TrajectoryFilters(
+        outcome="failure")))  # fmt: skip
+    picked = services.queue_create(actor=reviewer, name="picked", filters=TriageFilters())
+    return {
+        "stored": stored, "reviewer": reviewer, "queues": [failures, picked],
+        "viewers": {"all": make_user(Role.VIEWER), "shop": make_user(Role.VIEWER, agents=[shop]),
+                    "bank": make_user(Role.VIEWER, agents=[bank])},
+    }  # fmt: skip
+
+
+def _exact_dashboard(viewer: User) -> dict[str, Any]:
+    """The dashboard's numbers counted afresh from the rows, for the agents `viewer` may see."""
+    rows = Trajectory.objects.filter(agents_filter(viewer))
+    versions = {
+        row["model_version"]: (row["failures"], row["total"])
+        for row in rows.values("model_version").annotate(
+            failures=Count("pk", filter=Q(outcome=Outcome.FAILURE)), total=Count("pk")
+        )
+    }
+    unreviewed = Q(review__isnull=True) | Q(review__state=ReviewState.UNREVIEWED)
+    buckets = {}
+    for bucket in Bucket.objects.all():
+        assigned = BucketAssignment.objects.filter(trajectory__in=rows, bucket=bucket).count()
+        awaiting = (
+            Suggestion.objects.filter(trajectory__in=rows, bucket=bucket)
+            .exclude(trajectory__review__state=ReviewState.REVIEWED)
+            .values("trajectory")
+            .distinct()
+            .count()
+        )
+        buckets[bucket.name] = (assigned, awaiting)
+    return {
+        "home": (rows.count(), rows.filter(outcome=Outcome.FAILURE).count(),
+                 rows.filter(unreviewed, outcome=Outcome.FAILURE).count(),
+                 Review.objects.filter(trajectory__in=rows, state=ReviewState.REVIEWED).count()),
+        "versions": {tag or "(none)": counts for tag, counts in versions.items()},
+        "agents": {name: (rows.filter(agent__name=name, outcome=Outcome.FAILURE).count(),
+                          rows.filter(agent__name=name).count())
+                   for name in rows.values_list("agent__name", flat=True).distinct()},
+        "buckets": buckets,
+    }  # fmt: skip
+
+
+def _shown_dashboard(viewer: User) -> dict[str, Any]:
+    counted = dashboards.dashboard_counts(viewer=viewer)
+    home = dashboards.home_counts(counted, viewer=viewer)
+    return {
+        "home": (home.trajectories, home.failures, home.unreviewed_failures, home.reviewed),
+        "versions": {g.label: (g.failures, g.total) for g in dashboards.failures_by_model_version(counted)},
+        "agents": {g.label: (g.failures, g.total) for g in dashboards.failures_by_agent(counted)},
+        "buckets": {b.name: (b.assigned, b.awaiting) for b in dashboards.failures_by_bucket(counted)},
+    }
+
+
+def _queue_numbers(queue: Queue, viewer: User) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    shown = triage.queue_progress_counted([queue], viewer=viewer)[queue.pk]
+    exact = triage.queue_progress(queue, viewer=viewer)
+    return (shown.total, shown.reviewed, shown.skipped, shown.claimed), (
+        exact.total, exact.reviewed, exact.skipped, exact.claimed)  # fmt: skip
+
+
+def _monitored(agent: Agent) -> tuple[dict[str, int], dict[str, int]]:
+    """Per version tag: the monitor page's trajectories, and a fresh count of the window's."""
+    shown = {row.tag: row.trajectories for row in monitor_get(agent=agent).versions}
+    window = Trajectory.objects.filter(agent=agent, ingested_at__gte=window_start())
+    return shown, dict(window.values("model_version").annotate(n=Count("pk")).values_list("model_version", "n"))
+
+
+def _check(world: dict[str, Any]) -> None:
+    # beat's task: the dashboards, each queue and each agent's monitor
+    assert tasks.summaries_recount() == 1 + Queue.objects.count() + Agent.objects.count()
+    for agent in Agent.objects.all():
+        shown, exact = _monitored(agent)
+        assert shown == exact, agent.name
+    for name, viewer in world["viewers"].items():
+        assert _shown_dashboard(viewer) == _exact_dashboard(viewer), name
+        for queue in world["queues"]:
+            shown, exact = _queue_numbers(queue, viewer)
+            assert shown == exact, (name, queue.name)
+
+
+def _review(world: dict[str, Any]) -> None:
+    services.review_submit(actor=world["reviewer"], trajectory=world["stored"]["s1"],
+                           choices=[BucketChoice(Bucket.objects.get(slug="incomplete_execution"), 2)])  # fmt: skip
+
+
+def _skip(world: dict[str, Any]) -> None:
+    services.review_skip(actor=world["reviewer"], trajectory=world["stored"]["b1"])
+
+
+def _claim(world: dict[str, Any]) -> None:
+    services.queue_next(queue=world["queues"][0], reviewer=world["reviewer"])
+
+
+def _bulk_review(world: dict[str, Any]) -> None:
+    services.review_bulk_mark_reviewed(actor=world["reviewer"], trajectory_ids=[world["stored"]["s2"].pk])
+
+
+def _bulk_bucket(world: dict[str, Any]) -> None:
+    services.bucket_bulk_assign(actor=world["reviewer"], bucket=Bucket.objects.get(slug="wrong_tool"),
+                                trajectory_ids=[world["stored"]["s3"].pk, world["stored"]["b2"].pk])  # fmt: skip
+
+
+def _add_items(world: dict[str, Any]) -> None:
+    ids = [world["stored"]["s3"].pk, world["stored"]["b2"].pk, world["stored"]["s1"].pk]
+    services.queue_items_add(actor=world["reviewer"], queue=world["queues"][1], trajectory_ids=ids)
+
+
+def _remove_item(world: dict[str, Any]) -> None:
+    services.queue_item_remove(actor=world["reviewer"], queue=world["queues"][0], trajectory=world["stored"]["b1"])
+
+
+def _arrive(world: dict[str, Any], store: Callable[..., Any]) -> None:
+    world["stored"].update(store(_failing("s4", version="v3"), _failing("b3", agent="bank")))
+
+
+def _refilter(world: dict[str, Any]) -> None:
+    queue = world["queues"][0]
+    services.queue_update(actor=world["reviewer"], queue=queue, name=queue.name, reviewers=[],
+                          filters=TriageFilters(base=TrajectoryFilters(agent="bank")))  # fmt: skip
+
+
+CHANGES = [_review, _skip, _claim, _bulk_review, _bulk_bucket, _add_items, _remove_item, _refilter]
+
+
+def test_every_count_shown_equals_a_fresh_count_after_each_kind_of_change(world, store):
+    _check(world)
+    for change in CHANGES:
+        change(world)
+        _check(world)
+    _arrive(world, store)
+    _check(world)
+
+
+def test_a_viewer_adds_up_only_their_agents_summaries(world):
+    tasks.summaries_recount()
+    shown = {name: _shown_dashboard(viewer)["home"] for name, viewer in world["viewers"].items()}
+    assert shown == {"all": (5, 3, 3, 0), "shop": (3, 2, 2, 0), "bank": (2, 1, 1, 0)}
+    assert triage.queue_progress_counted([world["queues"][0]], viewer=world["viewers"]["bank"])[
+        world["queues"][0].pk].total == 1  # fmt: skip
+
+
+def test_the_pages_show_the_last_count_and_when_it_was_made(world):
+    tasks.summaries_recount()
+    counted_at = CountSummary.objects.get(kind=dashboards.DASHBOARD_KIND, agent__name="shop").counted_at
+    _review(world)  # not recounted yet
+    viewer = world["viewers"]["all"]
+    home = dashboards.home_counts(dashboards.dashboard_counts(viewer=viewer), viewer=viewer)
+    assert (home.reviewed, home.counted_at) == (0, counted_at)
+
+
+def test_the_monitor_page_is_as_of_its_count(world, store):
+    shop = Agent.objects.get(name="shop")
+    before = monitor_get(agent=shop)  # none yet: counted now
+    store(_failing("s9", version="v9"))
+    again = monitor_get(agent=shop)
+    assert (again.counted_at, "shop:v9" in {row.tag for row in again.versions}) == (before.counted_at, False)
+    tasks.summaries_recount()
+    assert "shop:v9" in {row.tag for row in monitor_get(agent=shop).versions}
+
+
+def test_beat_recounts_the_summaries():
+    assert settings.CELERY_BEAT_SCHEDULE["recount-summaries"]["task"] == tasks.summaries_recount.name
