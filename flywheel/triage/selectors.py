@@ -427,8 +427,11 @@ def queue_progress_many(queues: Sequence[Queue], *, viewer: User) -> dict[int, Q
 # --- queue summaries: counted by beat, added up per viewer -----------------------------------
 
 
+QUEUE_SUMMARY_PREFIX = "queue:"
+
+
 def queue_summary_kind(queue_id: int) -> str:
-    return f"queue:{queue_id}"
+    return f"{QUEUE_SUMMARY_PREFIX}{queue_id}"
 
 
 def queue_counts_by_agent(queue: Queue) -> dict[UUID, dict[str, Any]]:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from django.contrib.auth.models import User
@@ -30,6 +30,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from flywheel.core.models import Agent, CountSummary
+from flywheel.core.selectors import SYSTEM_READER
 from flywheel.core.services import audit_record, summaries_drop, summaries_store
 from flywheel.datasets.conversion import agent_turn, conversation_before, step_source_ref, turn_message
 from flywheel.datasets.models import PairSource, SourceKind, Split
@@ -260,11 +261,48 @@ def _assignments_replace(*, actor: User, trajectory: Trajectory, choices: Sequen
         assignment.save()
 
 
+ReviewMark = tuple[str, str | None]  # a review's state and its reviewer's name, as the queue summaries count it
+
+
+def _review_mark(review: Review) -> ReviewMark:
+    return review.state, review.reviewer.get_username() if review.reviewer_id else None
+
+
+def _count_move(counts: dict[str, Any], mark: ReviewMark, by: int) -> None:
+    state, name = mark
+    column = {ReviewState.REVIEWED: 0, ReviewState.SKIPPED: 1}.get(ReviewState(state))
+    if column is None:
+        return
+    key = ("reviewed", "skipped")[column]
+    counts[key] = counts.get(key, 0) + by
+    if name is not None:
+        counts.setdefault("reviewers", {}).setdefault(name, [0, 0])[column] += by
+
+
+def _queue_summaries_follow(trajectory: Trajectory, before: ReviewMark, review: Review) -> None:
+    """Move one review's change into the counted summaries of the queues it is a member of, in its transaction:
+    a reviewer sees their own save in the progress at once, and beat's next recount finds the same numbers."""
+    after = _review_mark(review)
+    if after == before:
+        return
+    rows = {row.kind: row for row in CountSummary.objects.select_for_update().filter(
+        agent_id=trajectory.agent_id, kind__startswith=selectors.QUEUE_SUMMARY_PREFIX)}  # fmt: skip
+    queues = [queue for queue in Queue.objects.order_by("pk") if selectors.queue_summary_kind(queue.pk) in rows]
+    members = selectors.queue_members_among(queues, [trajectory.pk], viewer=cast(User, SYSTEM_READER))
+    for queue in queues:
+        if trajectory.pk in members[queue.pk]:
+            row = rows[selectors.queue_summary_kind(queue.pk)]
+            _count_move(row.counts, before, -1)
+            _count_move(row.counts, after, 1)
+            row.save(update_fields=["counts"])
+
+
 @transaction.atomic
 def review_submit(*, actor: User, trajectory: Trajectory, choices: Sequence[BucketChoice], note: str = "") -> Review:
     """Store a reviewer's buckets and note, mark the trajectory reviewed, and release its claim."""
     _choices_check(trajectory, choices)
     review = _review_locked(trajectory)
+    marked = _review_mark(review)
     before = _assignment_summary(trajectory)
     _assignments_replace(actor=actor, trajectory=trajectory, choices=choices)
     review.state = ReviewState.REVIEWED
@@ -274,6 +312,7 @@ def review_submit(*, actor: User, trajectory: Trajectory, choices: Sequence[Buck
     review.claimed_by = review.claimed_until = None
     review.full_clean()
     review.save()
+    _queue_summaries_follow(trajectory, marked, review)
     after = {choice.bucket.slug: choice.step_index for choice in choices}
     audit_record(actor=actor, action="review.submit", target=trajectory, data={"buckets": after, "before": before})
     return review
@@ -283,12 +322,14 @@ def review_submit(*, actor: User, trajectory: Trajectory, choices: Sequence[Buck
 def review_skip(*, actor: User, trajectory: Trajectory) -> Review:
     """Set an unreviewed trajectory aside (a reviewed one stays reviewed) and release its claim."""
     review = _review_locked(trajectory)
+    marked = _review_mark(review)
     if review.state == ReviewState.UNREVIEWED:
         review.state = ReviewState.SKIPPED
         review.reviewer = actor
     review.claimed_by = review.claimed_until = None
     review.full_clean()
     review.save()
+    _queue_summaries_follow(trajectory, marked, review)
     audit_record(actor=actor, action="review.skip", target=trajectory, data={"state": review.state})
     return review
 

@@ -203,5 +203,22 @@ def test_the_monitor_page_is_as_of_its_count(world, store):
     assert "shop:v9" in {row.tag for row in monitor_get(agent=shop).versions}
 
 
+def test_a_reviewers_own_save_and_skip_show_in_the_queue_progress_before_any_recount(world):
+    tasks.summaries_recount()
+    viewer, failures, picked = world["viewers"]["all"], *world["queues"]
+    services.queue_items_add(actor=world["reviewer"], queue=picked, trajectory_ids=[world["stored"]["s1"].pk])
+    services.queue_summaries_recount(queue_ids=[picked.pk])
+    _review(world)  # s1: in both queues
+    _skip(world)  # b1: a failure, in the first only
+    services.review_skip(actor=world["reviewer"], trajectory=world["stored"]["s1"])  # stays reviewed: no change
+    for queue in (failures, picked):
+        shown, exact = _queue_numbers(queue, viewer)
+        assert shown == exact, queue.name
+    assert triage.queue_progress_counted([failures], viewer=viewer)[failures.pk].skipped == 1
+    by_reviewer = {row.username: (row.reviewed, row.skipped) for row in triage.queue_reviewers_counted(
+        failures, viewer=viewer)}  # fmt: skip
+    assert by_reviewer["rita"] == (1, 1)
+
+
 def test_beat_recounts_the_summaries():
     assert settings.CELERY_BEAT_SCHEDULE["recount-summaries"]["task"] == tasks.summaries_recount.name
