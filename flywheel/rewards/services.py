@@ -435,6 +435,15 @@ def on_job_finished(sender: object, job: Job, **kwargs: Any) -> None:
         audit_record(actor=None, action="judge.store_failed", target=job, data={"error": str(error)[:1000]})
 
 
+def on_judge_agreement_requested(sender: object, agent: Agent, **kwargs: Any) -> float | None:
+    """`judge_agreement_requested` receiver: the agent's judge's agreement with reviewers, where it is approved
+    as a training reward (what the recommendation may count on); None otherwise."""
+    approval = judge_approval(agent=agent)
+    if not approval.approved or approval.agreement is None or approval.agreement.rate is None:
+        return None
+    return approval.agreement.rate.value
+
+
 def on_job_launching(sender: object, kind: str, agent: Agent | None, hyperparameters: dict[str, Any],
                      **kwargs: Any) -> dict[str, Any] | None:  # fmt: skip
     """`job_launching` receiver: a GRPO launch with the judge as its reward needs the agent's judge approved,

@@ -30,6 +30,7 @@ from flywheel.datasets.models import PreferencePair, SnapshotKind, Split, TaskSe
 from flywheel.ingest.models import Step
 from flywheel.ingest.trace import trace_steps
 from flywheel.training.models import EvalRun, Job, JobKind, JobState, MetricPoint, Sample
+from flywheel.training.signals import judge_agreement_requested
 from flywheel.triage.models import BucketAssignment
 from trainer.spec.kinds import config_class
 from trainer.spec.recommend import AgentSignals, Recommendation, RecommendationRules, recommend
@@ -466,28 +467,35 @@ def eval_episode(*, run: EvalRun, index: int) -> EpisodeView | None:
                        steps=trace_steps(result["episode"], first=len(context)))  # fmt: skip
 
 
-def agent_signals(*, agent: Agent | None, run: EvalRun, judge_agreement: float | None = None) -> AgentSignals:
-    """What the agent has for the recommendation: train preference pairs, reviewed failures per bucket, and
-    whether a programmatic check scored the run (it measured correct arguments). The judge's agreement
-    with reviewers comes from the caller where one was measured (None: no trusted judge known)."""
+def approved_judge_agreement(*, agent: Agent) -> float | None:
+    """The agreement of the agent's judge with reviewers where it is approved as a training reward; None
+    otherwise (the rewards app answers `judge_agreement_requested`: training does not import it)."""
+    answers = [answer for _, answer in judge_agreement_requested.send(sender=EvalRun, agent=agent)
+               if answer is not None]  # fmt: skip
+    return float(answers[0]) if answers else None
+
+
+def agent_signals(*, agent: Agent | None, run: EvalRun) -> AgentSignals:
+    """What the agent has for the recommendation: train preference pairs, reviewed failures per bucket,
+    whether a programmatic check scored the run (it measured correct arguments), and its approved judge's
+    agreement with reviewers."""
     correct = (run.metrics or {}).get("correct_arguments_rate") or {}
     if agent is None:
-        return AgentSignals(verifier=correct.get("value") is not None, judge_agreement=judge_agreement)
+        return AgentSignals(verifier=correct.get("value") is not None)
+    judge = approved_judge_agreement(agent=agent)
     pairs = PreferencePair.objects.filter(agent=agent, split=Split.TRAIN).count()
     assigned = BucketAssignment.objects.filter(trajectory__agent=agent).values_list("bucket__slug", flat=True)
     buckets: dict[str, int] = defaultdict(int)
     for slug in assigned:
         buckets[slug] += 1
     return AgentSignals(preference_pairs=pairs, verifier=correct.get("value") is not None,
-                        judge_agreement=judge_agreement, failure_buckets=dict(buckets))  # fmt: skip
+                        judge_agreement=judge, failure_buckets=dict(buckets))  # fmt: skip
 
 
-def eval_recommendation(
-    *, run: EvalRun, judge_agreement: float | None = None, rules: RecommendationRules | None = None
-) -> Recommendation:
+def eval_recommendation(*, run: EvalRun, rules: RecommendationRules | None = None) -> Recommendation:
     """The fixes that apply to the run's model, simplest first, from its metrics and what its agent has now."""
     agent = run.job.agent or run.snapshot.agent
-    signals = agent_signals(agent=agent, run=run, judge_agreement=judge_agreement)
+    signals = agent_signals(agent=agent, run=run)
     return recommend(run.metrics or {}, rules, by_bucket=run.per_bucket or {}, signals=signals)
 
 

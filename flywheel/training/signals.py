@@ -10,9 +10,14 @@ app to store a judge job's judgements.
 raising `services.LaunchRefused`, or completes its hyperparameters by returning a dict of them (the
 rewards app refuses a GRPO reward from an unapproved judge, and names the approved judge's model,
 adapter and rubric).
+
+`judge_agreement_requested` is sent by the evaluation page's recommendation: a receiver returns the
+agreement (0..1) of the agent's judge where it is approved as a training reward, else None (the
+rewards app measures it).
 """
 
 from django.dispatch import Signal
 
 job_finished = Signal()  # kwargs: job
 job_launching = Signal()  # kwargs: kind, agent (or None), hyperparameters
+judge_agreement_requested = Signal()  # kwargs: agent

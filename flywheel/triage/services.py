@@ -265,7 +265,8 @@ ReviewMark = tuple[str, str | None]  # a review's state and its reviewer's name,
 
 
 def _review_mark(review: Review) -> ReviewMark:
-    return review.state, review.reviewer.get_username() if review.reviewer_id else None
+    reviewer = review.reviewer
+    return review.state, reviewer.get_username() if reviewer is not None else None
 
 
 def _count_move(counts: dict[str, Any], mark: ReviewMark, by: int) -> None:

@@ -17,6 +17,7 @@ from flywheel.core.services import agent_create
 from flywheel.rewards import selectors, services
 from flywheel.rewards.models import AgentJudge, JudgeRun, ProfileRun, default_rubric
 from flywheel.training.models import Job, JobKind, JobState
+from flywheel.training.selectors import approved_judge_agreement
 from flywheel.training.services import LaunchRefused, job_launch
 from trainer.verifiers.judge import judge_agreement
 
@@ -175,6 +176,15 @@ def test_a_grpo_launch_with_an_approved_judge_as_its_reward_is_queued_with_that_
     # The trainer runs the judge the approval measured, not one the launch names.
     assert (job.hyperparameters["judge_model"], job.hyperparameters["judge_adapter"]) == ("demo", "/adapters/judge-v2")
     assert job.hyperparameters["judge_rubric"] == rubric
+
+
+@pytest.mark.parametrize(("agreeing", "expected"), [(45, 0.9), (30, None)])
+def test_the_recommendation_counts_on_the_judge_only_once_it_is_approved(
+    judged_run, judged_agent, make_user, tmp_path, agreeing, expected
+):
+    AgentJudge.objects.create(agent=judged_agent, agreement_threshold=0.8)
+    measured(judged_run, make_user, tmp_path, labelled=50, agreeing=agreeing)
+    assert approved_judge_agreement(agent=judged_agent) == expected
 
 
 def test_the_agreement_figure_is_the_trainers_own(judged_run, make_user, tmp_path):

@@ -72,9 +72,9 @@ def test_the_signals_count_the_agents_train_pairs_and_its_reviewed_buckets(agent
     other = Agent.objects.create(name="other")
     add_pairs(other, 2, make_user(Role.REVIEWER))
     review(other, "format_error")
-    signals = selectors.agent_signals(agent=agent, run=baseline, judge_agreement=0.7)
+    signals = selectors.agent_signals(agent=agent, run=baseline)
     assert signals.preference_pairs == 3 and signals.failure_buckets == {"wrong_tool": 2, "bad_planning": 1}
-    assert signals.verifier and signals.judge_agreement == 0.7
+    assert signals.verifier and signals.judge_agreement is None  # no judge approved
     unmeasured = {**SOMETIMES_RIGHT, "correct_arguments_rate": rate(None, n=0)}
     EvalRun.objects.filter(pk=baseline.pk).update(metrics=unmeasured)
     baseline.refresh_from_db()
