@@ -188,12 +188,16 @@ def test_queue_progress_is_as_of_its_summary_and_claims_are_live(stored, make_us
     after_claim = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]
     assert (after_claim.claimed, after_claim.counted_at) == (before.claimed + 1, before.counted_at)  # claims: live
     services.review_submit(actor=rita, trajectory=claimed, choices=[])
+    own = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]
+    assert (own.reviewed, own.counted_at) == (before.reviewed + 1, before.counted_at)  # a reviewer's own save: at once
+    other = Trajectory.objects.filter(outcome="failure").exclude(pk=claimed.pk).first()
+    services.review_bulk_mark_reviewed(actor=rita, trajectory_ids=[other.pk])
     stale = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]
-    assert (stale.reviewed, stale.counted_at) == (before.reviewed, before.counted_at)  # as of its count, and says so
+    assert (stale.reviewed, stale.counted_at) == (before.reviewed + 1, before.counted_at)  # bulk: as of its count
     services.queue_summaries_recount()
     recounted = selectors.queue_progress_counted([queue], viewer=operator)[queue.pk]
     assert _numbers(recounted) == _numbers(selectors.queue_progress(queue, viewer=operator))
-    assert recounted.reviewed == before.reviewed + 1 and recounted.counted_at > before.counted_at
+    assert recounted.reviewed == before.reviewed + 2 and recounted.counted_at > before.counted_at
 
 
 def test_a_summary_older_than_the_stale_limit_is_recounted_by_the_page(stored, make_user, operator, settings):
