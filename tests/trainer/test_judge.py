@@ -100,16 +100,12 @@ def test_a_judge_runs_end_to_end_on_the_tiny_model(tmp_path, capfd):
         assert (line["score"] is None) == (line["passed"] is None)
 
 
-def test_grpo_accepts_the_judge_as_its_reward_in_its_config_but_refuses_to_run_it_yet(tmp_path, capfd):
-    from trainer import grpo
+def test_grpo_takes_the_judge_as_its_reward_only_with_its_judge():
+    # The reward itself is tested with GRPO (tests/trainer/test_grpo.py, test_training.py).
     from trainer.spec.config import SpecError, config_from_json
     from trainer.spec.grpo import GrpoConfig
 
-    assert config_from_json(GrpoConfig, {"reward": "judge"}, "grpo").reward == "judge"
+    config = config_from_json(GrpoConfig, {"reward": "judge", "judge_model": str(TINY_MODEL)}, "grpo")
+    assert (config.reward, config.parsed_judge_rubric().scale_max) == ("judge", 10)
     with pytest.raises(SpecError, match="unknown reward"):
         config_from_json(GrpoConfig, {"reward": "vibes"}, "grpo")
-    spec = json.loads(write_spec(tmp_path, ITEMS).read_text())
-    (tmp_path / "run.json").write_text(json.dumps({**spec, "kind": "grpo", "hyperparameters": {"reward": "judge"}}))
-    code = run_job(tmp_path / "run.json", "grpo", grpo.run)
-    error = json.loads(capfd.readouterr().out.splitlines()[-1])
-    assert code == EXIT_FAILED and "not implemented in the trainer's GRPO yet" in error["message"]
