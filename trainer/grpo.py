@@ -32,17 +32,17 @@ from trainer.episodes import Episode
 from trainer.evaluate import execution_environment
 from trainer.grpo_episodes import EpisodeRollout
 from trainer.jobs import EventStream, StopFlag
-from trainer.judge import render_judge_prompt
+from trainer.judge import judge_items
 from trainer.lengths import answer_tokens, checked_limit
 from trainer.parsing import parse_tool_calls
 from trainer.prompts import render_prompt
-from trainer.rollout import GenerationHooks, Runtime, open_runtime
+from trainer.rollout import Runtime, open_runtime
 from trainer.spec.config import SpecError
 from trainer.spec.eval import SamplingConfig
 from trainer.spec.grpo import GrpoConfig
 from trainer.spec.tasks import last_user_text
 from trainer.verifiers import SafetyPolicy, get_verifier
-from trainer.verifiers.judge import DEFAULT_MAX_TRANSCRIPT_CHARS, REPLY_PREFIX, JudgeItem, Judgement, Rubric, judgement
+from trainer.verifiers.judge import DEFAULT_MAX_TRANSCRIPT_CHARS, JudgeItem, Judgement, Rubric
 from trainer.verifiers.safety import check_task_calls
 from trainer.verifiers.shaped import ShapedVerifier, episode_components
 
@@ -77,10 +77,7 @@ class JudgeScorer:
     def judge(self, tasks: Sequence[Task], answers: Sequence[str]) -> list[Judgement]:
         items = [JudgeItem(id=str(index), messages=task.messages, answer=answer)
                  for index, (task, answer) in enumerate(zip(tasks, answers, strict=True))]  # fmt: skip
-        prompts = [render_judge_prompt(self.rubric, item, self.runtime.tokenizer, self.max_chars) for item in items]
-        replies = self.runtime.backend.generate(prompts, self.sampling, GenerationHooks())
-        return [judgement(item.id, REPLY_PREFIX + samples[0].text, self.rubric)
-                for item, samples in zip(items, replies, strict=True)]  # fmt: skip
+        return judge_items(self.runtime, self.rubric, items, self.sampling, self.max_chars)
 
 
 class TaskReward:

@@ -21,8 +21,9 @@ from typing import Any
 
 from trainer.contracts import DoneEvent, LogEvent, MetricEvent, RunSpec
 from trainer.jobs import EventStream, StopFlag
-from trainer.rollout import GenerationHooks, open_runtime
+from trainer.rollout import GenerationHooks, Runtime, open_runtime
 from trainer.spec.config import config_from_json
+from trainer.spec.eval import SamplingConfig
 from trainer.spec.judge import JudgeConfig, read_judge_items
 from trainer.verifiers.judge import REPLY_PREFIX, JudgeItem, Judgement, Rubric, judge_messages, judgement
 
@@ -31,6 +32,15 @@ def render_judge_prompt(rubric: Rubric, item: JudgeItem, tokenizer: Any, max_cha
     """The judge's prompt text: its chat in the model's template, ending with the reply prefix."""
     chat = judge_messages(rubric, item, max_chars)
     return str(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)) + REPLY_PREFIX
+
+
+def judge_items(runtime: Runtime, rubric: Rubric, items: Sequence[JudgeItem], sampling: SamplingConfig,
+                max_chars: int, hooks: GenerationHooks | None = None) -> list[Judgement]:  # fmt: skip
+    """Each item's judgement: its rubric chat in the model's template, the reply generated and read."""
+    prompts = [render_judge_prompt(rubric, item, runtime.tokenizer, max_chars) for item in items]
+    replies = runtime.backend.generate(prompts, sampling, hooks or GenerationHooks())
+    return [judgement(item.id, REPLY_PREFIX + samples[0].text, rubric)
+            for item, samples in zip(items, replies, strict=True)]  # fmt: skip
 
 
 def summary(judgements: Sequence[Judgement]) -> dict[str, Any]:
@@ -52,13 +62,10 @@ def run(spec: RunSpec, events: EventStream, stop: StopFlag) -> DoneEvent:
     events.emit(LogEvent(f"judging {len(items)} item(s) with {spec.base_model}{adapter}"))
     runtime = open_runtime(spec.base_model, spec.adapter, "transformers", config.device, spec.seed)
     events.emit(LogEvent(f"judge ready: {runtime.description}"))
-    prompts = [render_judge_prompt(rubric, item, runtime.tokenizer, config.max_transcript_chars) for item in items]
     hooks = GenerationHooks(should_stop=lambda: stop.requested,
                             on_progress=lambda done, total: events.emit(MetricEvent(step=done, name="judged",
                                                                                     value=float(done))))  # fmt: skip
-    replies = runtime.backend.generate(prompts, config.sampling(spec.seed), hooks)
-    judgements = [judgement(item.id, REPLY_PREFIX + samples[0].text, rubric)
-                  for item, samples in zip(items, replies, strict=True)]  # fmt: skip
+    judgements = judge_items(runtime, rubric, items, config.sampling(spec.seed), config.max_transcript_chars, hooks)
     output = Path(spec.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     path = output / "judgements.jsonl"

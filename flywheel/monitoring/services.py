@@ -46,9 +46,9 @@ from flywheel.monitoring.signals import online_scores_stored
 from flywheel.monitoring.stats import Rate, worse_p_value
 from flywheel.registry.models import Deployment, ModelVersion
 from flywheel.registry.services import version_rollback
-from flywheel.rewards.selectors import judge_settings
+from flywheel.rewards.judge_jobs import judge_job_launch
 from flywheel.training.models import Job, JobKind, JobState
-from flywheel.training.services import LaunchRefused, job_launch
+from flywheel.training.services import LaunchRefused
 from flywheel.triage.services import trace_facts
 from flywheel.triage.suggestions import TraceFacts
 from trainer.contracts import ContractError, read_json_lines
@@ -262,16 +262,13 @@ def judge_requests_send(*, agent: Agent) -> Job | None:
         state=JudgeRequestState.UNREADABLE)
     if not items:
         return None
-    judge = judge_settings(agent=agent)
     # The job is launched on behalf of whoever made the judging rule (a job names the person who asked for it).
     launcher = next((r.rule.created_by for r in waiting if r.rule.created_by is not None), None)
     if launcher is None:
         logger.error("the online judge of %s was not launched: its judging rules name no one who made them", agent)
         return None
     try:
-        job = job_launch(actor=launcher, kind=JobKind.JUDGE, snapshot=None, base_model=judge.base_model,
-                         adapter=judge.adapter, agent=agent, hyperparameters={"rubric": judge.rubric},
-                         cases=items)  # fmt: skip
+        job = judge_job_launch(actor=launcher, agent=agent, items=items)
     except LaunchRefused as error:
         logger.error("the online judge of %s was not launched: %s", agent, error)
         return None

@@ -27,10 +27,10 @@ from flywheel.core.models import Agent
 from flywheel.core.services import audit_record
 from flywheel.datasets.conversion import steps_messages
 from flywheel.ingest.models import Outcome, Step, Trajectory
+from flywheel.rewards.judge_jobs import judge_job_launch
 from flywheel.rewards.models import BucketJudging
-from flywheel.rewards.selectors import judge_settings
 from flywheel.training.models import Job, JobState
-from flywheel.training.services import LaunchRefused, job_launch
+from flywheel.training.services import LaunchRefused
 from flywheel.triage.models import Bucket, ReviewState, Suggestion
 from flywheel.triage.suggestions import LLM_JUDGE
 from trainer.contracts import read_json_lines
@@ -90,20 +90,17 @@ def bucket_judging_launch(*, actor: User, agent: Agent, limit: int = MAX_TRAJECT
     messages = {pk: chat for pk, chat in _conversations(judging_candidates(agent=agent, limit=limit)).items() if chat}
     if not messages:
         raise BucketJudgingRefused(f"no failed trajectory of {agent.name} awaits review: nothing for the judge")
-    judge = judge_settings(agent=agent)
     buckets = {bucket.slug: bucket for bucket in Bucket.objects.filter(slug__in=BUCKET_RUBRICS)}
     judgings = []
     for slug, rubric in BUCKET_RUBRICS.items():
         items = [JudgeItem(id=item_id(pk, slug), messages=chat).to_json() for pk, chat in messages.items()]
         try:
-            job = job_launch(actor=actor, kind="judge", snapshot=None, base_model=judge.base_model,
-                             adapter=judge.adapter, agent=agent, hyperparameters={"rubric": rubric.to_json()},
-                             cases=items)  # fmt: skip
+            job = judge_job_launch(actor=actor, agent=agent, items=items, rubric=rubric.to_json())
         except LaunchRefused as error:
             raise BucketJudgingRefused(str(error)) from None
         judgings.append(BucketJudging.objects.create(
             agent=agent, job=job, bucket=buckets[slug], trajectory_ids=[str(pk) for pk in messages],
-            base_model=judge.base_model, adapter=judge.adapter, rubric=rubric.to_json(), created_by=actor,
+            base_model=job.base_model, adapter=job.adapter, rubric=rubric.to_json(), created_by=actor,
         ))  # fmt: skip
     audit_record(actor=actor, action="judge.suggest_buckets", target=agent,
                  data={"trajectories": len(messages), "jobs": [str(j.job_id) for j in judgings]})  # fmt: skip

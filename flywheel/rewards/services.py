@@ -35,10 +35,11 @@ from flywheel.core.services import Actor, actor_user, audit_record
 from flywheel.datasets.models import SnapshotItem, TaskSetSnapshot
 from flywheel.ingest.models import Step, StepKind
 from flywheel.rewards.buckets import bucket_suggestions_store
+from flywheel.rewards.judge_jobs import judge_job_launch
 from flywheel.rewards.models import Judgement, JudgeRun, Mark, MarkVerdict, OutputSource, ProfiledOutput, ProfileRun
 from flywheel.rewards.selectors import judge_approval, judge_settings, reviewer_labels
 from flywheel.training.models import EvalRun, Job, JobKind, JobState
-from flywheel.training.services import LaunchRefused, job_launch
+from flywheel.training.services import LaunchRefused
 from flywheel.triage.services import policy_validate
 from trainer.contracts import ContractError, Task, read_json_lines
 from trainer.environments import environment_names, make_environment
@@ -390,17 +391,13 @@ def judge_run_launch(*, actor: User, run: ProfileRun) -> JudgeRun:
     labels = reviewer_labels(run=run)
     if not labels:
         raise ProfileRefused("no output of this run is marked yet: the judge is measured against reviewers' marks")
-    judge = judge_settings(agent=agent)
     outputs = run.outputs.filter(pk__in=labels).select_related("item").order_by("position")
     try:
-        job = job_launch(
-            actor=actor, kind="judge", snapshot=None, base_model=judge.base_model, adapter=judge.adapter, agent=agent,
-            hyperparameters={"rubric": judge.rubric}, cases=[judge_item(output) for output in outputs],
-        )  # fmt: skip
+        job = judge_job_launch(actor=actor, agent=agent, items=[judge_item(output) for output in outputs])
     except LaunchRefused as error:
         raise ProfileRefused(str(error)) from None
-    judge_run = JudgeRun.objects.create(run=run, job=job, base_model=judge.base_model, adapter=judge.adapter,
-                                        rubric=judge.rubric, created_by=actor)  # fmt: skip
+    judge_run = JudgeRun.objects.create(run=run, job=job, base_model=job.base_model, adapter=job.adapter,
+                                        rubric=job.hyperparameters["rubric"], created_by=actor)  # fmt: skip
     audit_record(actor=actor, action="judge.launch", target=judge_run, data={"outputs": len(labels)})
     return judge_run
 
