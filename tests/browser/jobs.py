@@ -1,6 +1,9 @@
-"""Waiting in the browser for a job that a real worker runs: its page polls until the state is final."""
+"""Jobs in the browser: launching one from the form, and waiting on its page (it polls) until a real worker ends it."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from flywheel.training.models import Job, JobState
 
@@ -17,3 +20,16 @@ def wait_for_job(page, state: str = JobState.SUCCEEDED) -> Job:
     job = Job.objects.get(pk=job_id)
     assert job.state == state, f"{job} ended {job.state}: {job.error}"
     return job
+
+
+def launch_job(
+    page, url: str, *, kind: str, snapshot_id: Any, base_model: str, hyperparameters: dict[str, Any]
+) -> None:
+    """Fill the launch form (/jobs/new/) as a trainer does and queue the job; the browser lands on its page."""
+    page.goto(f"{url}/jobs/new/")
+    page.get_by_label("Kind", exact=True).select_option(kind)
+    page.get_by_label("Snapshot", exact=True).select_option(str(snapshot_id))
+    page.get_by_label("Base model", exact=True).fill(base_model)
+    page.get_by_label("Hyperparameters", exact=True).fill(json.dumps(hyperparameters))
+    page.get_by_role("button", name="Queue on the gpu queue").click()
+    page.wait_for_url("**/jobs/*/")

@@ -21,7 +21,7 @@ from flywheel.datasets.models import PreferencePair, SnapshotKind, TaskSetSnapsh
 from flywheel.datasets.services import snapshot_create, tasks_import
 from flywheel.registry.models import GateResult, GateStatus, ModelVersion
 from flywheel.triage.models import Correction
-from tests.browser.jobs import wait_for_job
+from tests.browser.jobs import launch_job, wait_for_job
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS
 from tests.flywheel.triage.conftest import built_in_buckets, call, result, shop_record, store, user  # noqa: F401
@@ -98,13 +98,7 @@ def test_reviewers_corrections_become_pairs_a_dpo_job_and_a_gated_version(
 
     # Trainer: a dpo job on the pairs, from the launch form, with the tiny model.
     sign_in_again(page, sign_in, make_user(Role.TRAINER))
-    page.goto(f"{url}/jobs/new/")
-    page.get_by_label("Kind", exact=True).select_option("dpo")
-    page.get_by_label("Snapshot", exact=True).select_option(str(pairs.id))
-    page.get_by_label("Base model", exact=True).fill(str(TINY_MODEL))
-    page.get_by_label("Hyperparameters", exact=True).fill(json.dumps(TINY_DPO))
-    page.get_by_role("button", name="Queue on the gpu queue").click()
-    page.wait_for_url("**/jobs/*/")
+    launch_job(page, url, kind="dpo", snapshot_id=pairs.id, base_model=str(TINY_MODEL), hyperparameters=TINY_DPO)
     dpo_job = wait_for_job(page)
     assert dpo_job.kind == "dpo" and dpo_job.snapshot == pairs
 

@@ -36,7 +36,7 @@ from flywheel.triage.models import BucketAssignment, Suggestion
 from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import queue_create
 from tests.browser.charts import wait_for_charts
-from tests.browser.jobs import JOB_SECONDS, wait_for_job
+from tests.browser.jobs import JOB_SECONDS, launch_job, wait_for_job
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS, make_adapter
@@ -207,13 +207,7 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
 
     # Trainer: baseline evaluation, reward profile, GRPO from the live version, the gate.
     sign_in_as(page, live_server, make_user(Role.TRAINER))
-    page.goto(f"{url}/jobs/new/")
-    page.get_by_label("Kind", exact=True).select_option("eval")
-    page.get_by_label("Snapshot", exact=True).select_option(str(heldout.id))
-    page.get_by_label("Base model", exact=True).fill(str(TINY_MODEL))
-    page.get_by_label("Hyperparameters", exact=True).fill(json.dumps(TINY_EVAL))
-    page.get_by_role("button", name="Queue on the gpu queue").click()
-    page.wait_for_url("**/jobs/*/")
+    launch_job(page, url, kind="eval", snapshot_id=heldout.id, base_model=str(TINY_MODEL), hyperparameters=TINY_EVAL)
     wait_for_job(page)
     baseline_job = Job.objects.get(kind="eval")
     page.goto(f"{url}/jobs/{baseline_job.id}/evaluation/")
