@@ -101,7 +101,7 @@ def parse_group_reply(reply: str, rubric: Rubric, count: int) -> list[tuple[floa
     read as a fraction) are read as scores; prose such as "Candidate 2 is better" is not. A
     candidate scored once, or several times alike, gets that score and the reply's reason; one with
     no line, a line without a number on the scale, or two different scores gets None and a reason
-    that says why. Lines naming a candidate outside 1..`count` are ignored.
+    that says why. Lines naming a candidate outside 1..`count`, and bare labels, are ignored.
 
     >>> parse_group_reply("Candidate 1: 8\\nCandidate 2: 3\\nReason: 2 used the wrong tool", Rubric("c", "p"), 2)
     [(0.8, '2 used the wrong tool'), (0.3, '2 used the wrong tool')]
@@ -112,7 +112,9 @@ def parse_group_reply(reply: str, rubric: Rubric, count: int) -> list[tuple[floa
     last_line_end = 0
     for line in _CANDIDATE_LINE.finditer(scores_part):
         label = int(line["label"])
-        if label in readings:  # a candidate that does not exist scores nothing
+        # A candidate that does not exist scores nothing; a bare label (the reply prefix, when the judge starts
+        # its lines again below it) is no reading.
+        if label in readings and line["rest"].strip(" *"):
             value = _VALUE.match(line["rest"])
             readings[label].append(scaled_score(value["value"], value["out_of"], rubric) if value else None)
             last_line_end = line.end()

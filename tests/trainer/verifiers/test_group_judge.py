@@ -76,6 +76,8 @@ def test_a_group_of_one_answer_is_refused():
         ("Candidate 1: 9\nCandidate 3: 5\nCandidate 2: 2", [0.9, 0.2, 0.5]),
         ("Candidate 1: **8/10**\n**Candidate 2**: 4\n- candidate #3 = 0", [0.8, 0.4, 0.0]),
         ("Candidate 1: 3/5\nCandidate 2: 10\nCandidate 3: 7 (close)", [0.6, 1.0, 0.7]),
+        # The judge started its lines again below the reply prefix: the bare prefix is no reading.
+        (GROUP_REPLY_PREFIX + "\nCandidate 1: 4\nCandidate 2: 6\nCandidate 3: 8", [0.4, 0.6, 0.8]),
     ],
 )
 def test_labelled_lines_give_each_candidate_its_own_score(reply, expected):
