@@ -114,8 +114,9 @@ def test_a_candidate_scored_twice_differently_gets_no_score_and_alike_keeps_it()
 
 
 def test_only_the_lines_before_the_reason_are_scores():
-    read = parse_group_reply("Candidate 1: 6\nCandidate 2: 4\nReason: Candidate 2: 9 would be too much", RUBRIC, 2)
-    assert read == [(0.6, "Candidate 2: 9 would be too much"), (0.4, "Candidate 2: 9 would be too much")]
+    reply = "Candidate 1: 6\nCandidate 2: 4\nReason: 2 is short,\nCandidate 2: 9 would be too much"
+    why = "2 is short, Candidate 2: 9 would be too much"
+    assert parse_group_reply(reply, RUBRIC, 2) == [(0.6, why), (0.4, why)]
     assert parse_group_reply("Candidate 1: 6\nCandidate 2: 4", RUBRIC, 2)[0][1] == NO_REASON
 
 
