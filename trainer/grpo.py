@@ -4,8 +4,9 @@ Each prompt is a train task rendered by the runtime's prompt function (the same 
 evaluator and SFT use); its `num_generations` completions are scored by `TaskReward`: the
 verifier's reward (default `tool_call`), with `environment: workbench` the sandbox's execution
 success, or with `reward: judge` the judge model's score on its rubric (for tasks no program can
-check; an answer that breaks the safety policy gets -1 whatever the judge says), with every
-component logged on its own (`reward/<component>/mean|std`).
+check; an answer that breaks the safety policy gets -1 whatever the judge says; with `judge_mode:
+group` the judge sees the group's completions of one prompt together and scores them relative to
+each other), with every component logged on its own (`reward/<component>/mean|std`).
 The config is `trainer.spec.grpo.GrpoConfig`; what every training kind shares (LoRA, held-out
 evaluation, checkpoints, flags, events) is the skeleton in `trainer.training`.
 
@@ -32,7 +33,7 @@ from trainer.episodes import Episode
 from trainer.evaluate import execution_environment
 from trainer.grpo_episodes import EpisodeRollout
 from trainer.jobs import EventStream, StopFlag
-from trainer.judge import judge_items
+from trainer.judge import judge_groups, judge_items
 from trainer.lengths import answer_tokens, checked_limit
 from trainer.parsing import parse_tool_calls
 from trainer.prompts import render_prompt
@@ -42,6 +43,7 @@ from trainer.spec.eval import SamplingConfig
 from trainer.spec.grpo import GrpoConfig
 from trainer.spec.tasks import last_user_text
 from trainer.verifiers import SafetyPolicy, get_verifier
+from trainer.verifiers.group_judge import JudgeGroup, score_spread
 from trainer.verifiers.judge import DEFAULT_MAX_TRANSCRIPT_CHARS, JudgeItem, Judgement, Rubric
 from trainer.verifiers.safety import check_task_calls
 from trainer.verifiers.shaped import ShapedVerifier, episode_components
@@ -60,24 +62,50 @@ class Scored:
 class JudgeScorer:
     """A judge model in this process: each answer, after its task's conversation, scored on the rubric.
 
-    Greedy, so one answer to one task always gets the same score within a run.
+    With a `group_size` (judge_mode group) the answers come in consecutive groups of that size, the
+    answers to one task, and each group is shown to the judge in one chat and scored relative to
+    each other (`trainer.verifiers.group_judge`). Greedy, so one answer (or one group) to one task
+    always gets the same score within a run.
     """
 
     def __init__(self, runtime: Runtime, rubric: Rubric, sampling: SamplingConfig,
-                 max_chars: int = DEFAULT_MAX_TRANSCRIPT_CHARS) -> None:  # fmt: skip
+                 max_chars: int = DEFAULT_MAX_TRANSCRIPT_CHARS, group_size: int | None = None) -> None:  # fmt: skip
         self.runtime, self.rubric, self.sampling, self.max_chars = runtime, rubric, sampling, max_chars
+        self.group_size = group_size
 
     @classmethod
     def open(cls, config: GrpoConfig, seed: int) -> JudgeScorer:
         runtime = open_runtime(config.judge_model, config.judge_adapter or None, "transformers", config.device, seed)
+        grouped = config.judge_mode == "group"
+        # A group's chat holds num_generations answers: batch as many groups as a step has prompts.
+        batch_size = config.prompts_per_step if grouped else config.num_generations
         sampling = SamplingConfig(max_new_tokens=config.judge_max_new_tokens, temperature=0.0,
-                                  batch_size=config.num_generations, seed=seed)  # fmt: skip
-        return cls(runtime, config.parsed_judge_rubric(), sampling)
+                                  batch_size=batch_size, seed=seed)  # fmt: skip
+        return cls(runtime, config.parsed_judge_rubric(), sampling,
+                   group_size=config.num_generations if grouped else None)  # fmt: skip
 
     def judge(self, tasks: Sequence[Task], answers: Sequence[str]) -> list[Judgement]:
+        """One judgement per answer, in the answers' order."""
+        if self.group_size is not None:
+            return self._judge_groups(tasks, answers, self.group_size)
         items = [JudgeItem(id=str(index), messages=task.messages, answer=answer)
                  for index, (task, answer) in enumerate(zip(tasks, answers, strict=True))]  # fmt: skip
         return judge_items(self.runtime, self.rubric, items, self.sampling, self.max_chars)
+
+    def _judge_groups(self, tasks: Sequence[Task], answers: Sequence[str], size: int) -> list[Judgement]:
+        if len(answers) % size:
+            raise ValueError(f"group judging needs whole groups: {len(answers)} completions are not a multiple of "
+                             f"num_generations {size}")
+        groups = []
+        for start in range(0, len(answers), size):
+            task_ids = {task.id for task in tasks[start:start + size]}
+            if len(task_ids) > 1:
+                raise ValueError(f"group judging needs each prompt's completions side by side; completions "
+                                 f"{start}-{start + size - 1} answer several tasks: {', '.join(sorted(task_ids))}")
+            groups.append(JudgeGroup(id=str(start // size), messages=tasks[start].messages,
+                                     answers=list(answers[start:start + size])))  # fmt: skip
+        verdicts = judge_groups(self.runtime, self.rubric, groups, self.sampling, self.max_chars)
+        return [verdict for group in verdicts for verdict in group]
 
 
 class TaskReward:
@@ -118,14 +146,20 @@ class TaskReward:
         return [row.reward for row in batch]
 
     def _by_judge(self, tasks: list[Task], completions: list[str]) -> list[float | None]:
-        """The judge's score of each answer; an unreadable reply scores 0, an unsafe answer -1."""
+        """The judge's score of each answer; an unreadable reply scores 0, an unsafe answer -1. Judged by
+        groups, each answer also carries its group's `judge_group_spread` (highest minus lowest score)."""
         assert self.judge is not None
+        verdicts = self.judge.judge(tasks, completions)
+        size = self.judge.group_size
         batch = []
-        for task, completion, verdict in zip(tasks, completions, self.judge.judge(tasks, completions), strict=True):
+        for index, (task, completion, verdict) in enumerate(zip(tasks, completions, verdicts, strict=True)):
             unsafe = bool(check_task_calls(self.policy, task, parse_tool_calls(completion).calls))
             score = verdict.score if verdict.score is not None else 0.0
             components = {"judge_score": score, "judge_unreadable": float(verdict.score is None),
                           "unsafe": -1.0 if unsafe else 0.0}  # fmt: skip
+            if size is not None:
+                start = index - index % size
+                components["judge_group_spread"] = score_spread([v.score for v in verdicts[start:start + size]])
             batch.append(Scored(task.id, completion, -1.0 if unsafe else score, components))
         self.last_batch = batch
         return [row.reward for row in batch]
@@ -282,7 +316,9 @@ class GrpoRecipe(training.TaskInput):
         judge = None
         if config.reward == "judge":
             setup.events.emit(LogEvent(f"reward: the judge {config.judge_model}"
-                                       + (f" + adapter {config.judge_adapter}" if config.judge_adapter else "")))
+                                       + (f" + adapter {config.judge_adapter}" if config.judge_adapter else "")
+                                       + (f", group-relative: the {config.num_generations} answers to a prompt "
+                                          "judged together" if config.judge_mode == "group" else "")))
             judge = JudgeScorer.open(config, setup.spec.seed)
         self.reward = TaskReward(setup.tasks, config.verifier, config.environment, setup.policy, judge)
         if config.max_turns > 1 and self.reward.environment is None:

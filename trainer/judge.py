@@ -10,12 +10,16 @@ Emits a `judged` metric as the batches finish (progress), a log line per stage, 
 whose `results` is `judgements.jsonl`: one line per item, in input order, with its id, score,
 passed, reason and the raw reply. The done metrics count the items, those scored and those passed.
 What a judgement is worth (its agreement with reviewers) is the app's to measure, not this job's.
+
+`judge_items` (one chat per item) and `judge_groups` (one chat per group of answers to one task,
+`trainer.verifiers.group_judge`, for GRPO's group-relative judge reward) share one loop,
+`judge_replies`: render each chat in the model's template, generate after the reply prefix, read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +29,37 @@ from trainer.rollout import GenerationHooks, Runtime, open_runtime
 from trainer.spec.config import config_from_json
 from trainer.spec.eval import SamplingConfig
 from trainer.spec.judge import JudgeConfig, read_judge_items
+from trainer.verifiers.group_judge import GROUP_REPLY_PREFIX, JudgeGroup, group_judge_messages, group_judgements
 from trainer.verifiers.judge import REPLY_PREFIX, JudgeItem, Judgement, Rubric, judge_messages, judgement
 
 
-def render_judge_prompt(rubric: Rubric, item: JudgeItem, tokenizer: Any, max_chars: int) -> str:
-    """The judge's prompt text: its chat in the model's template, ending with the reply prefix."""
-    chat = judge_messages(rubric, item, max_chars)
-    return str(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)) + REPLY_PREFIX
+def render_judge_prompt(chat: Sequence[Mapping[str, str]], tokenizer: Any, prefix: str) -> str:
+    """The judge's prompt text: its chat in the model's template, ending with the reply's `prefix`."""
+    return str(tokenizer.apply_chat_template(list(chat), add_generation_prompt=True, tokenize=False)) + prefix
+
+
+def judge_replies(runtime: Runtime, chats: Sequence[Sequence[Mapping[str, str]]], prefix: str,
+                  sampling: SamplingConfig, hooks: GenerationHooks | None = None) -> list[str]:  # fmt: skip
+    """The judge's reply to each chat, generated after `prefix` and returned with it in front."""
+    prompts = [render_judge_prompt(chat, runtime.tokenizer, prefix) for chat in chats]
+    replies = runtime.backend.generate(prompts, sampling, hooks or GenerationHooks())
+    return [prefix + samples[0].text for samples in replies]
 
 
 def judge_items(runtime: Runtime, rubric: Rubric, items: Sequence[JudgeItem], sampling: SamplingConfig,
                 max_chars: int, hooks: GenerationHooks | None = None) -> list[Judgement]:  # fmt: skip
     """Each item's judgement: its rubric chat in the model's template, the reply generated and read."""
-    prompts = [render_judge_prompt(rubric, item, runtime.tokenizer, max_chars) for item in items]
-    replies = runtime.backend.generate(prompts, sampling, hooks or GenerationHooks())
-    return [judgement(item.id, REPLY_PREFIX + samples[0].text, rubric)
-            for item, samples in zip(items, replies, strict=True)]  # fmt: skip
+    chats = [judge_messages(rubric, item, max_chars) for item in items]
+    replies = judge_replies(runtime, chats, REPLY_PREFIX, sampling, hooks)
+    return [judgement(item.id, reply, rubric) for item, reply in zip(items, replies, strict=True)]
+
+
+def judge_groups(runtime: Runtime, rubric: Rubric, groups: Sequence[JudgeGroup], sampling: SamplingConfig,
+                 max_chars: int, hooks: GenerationHooks | None = None) -> list[list[Judgement]]:  # fmt: skip
+    """Each group's judgements, one per answer: one judge chat and one reply per group, read per candidate."""
+    chats = [group_judge_messages(rubric, group, max_chars) for group in groups]
+    replies = judge_replies(runtime, chats, GROUP_REPLY_PREFIX, sampling, hooks)
+    return [group_judgements(group, reply, rubric) for group, reply in zip(groups, replies, strict=True)]
 
 
 def summary(judgements: Sequence[Judgement]) -> dict[str, Any]:

@@ -444,7 +444,10 @@ def on_judge_agreement_requested(sender: object, agent: Agent, **kwargs: Any) ->
 def on_job_launching(sender: object, kind: str, agent: Agent | None, hyperparameters: dict[str, Any],
                      **kwargs: Any) -> dict[str, Any] | None:  # fmt: skip
     """`job_launching` receiver: a GRPO launch with the judge as its reward needs the agent's judge approved,
-    and gets that judge (the model, adapter and rubric the approval measured), whatever the launch named."""
+    and gets that judge (the model, adapter and rubric the approval measured), whatever the launch named.
+
+    The launch's `judge_mode` is kept: group mode (the judge scores each prompt's completions together)
+    runs the same approved judge, though the agreement that approved it was measured on single answers."""
     if kind != JobKind.GRPO or hyperparameters.get("reward") != "judge":
         return None
     if agent is None:

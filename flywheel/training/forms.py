@@ -32,7 +32,7 @@ DEFAULT_HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     JobKind.GRPO: {"num_generations": 8, "loss_type": "dapo", "beta": 0.0, "learning_rate": 1e-5, "max_steps": 40,
                    "max_completion_length": None, "dynamic_sampling_redraws": 4, "lora_r": 16, "lora_alpha": 32,
                    "lora_target_modules": "all-linear", "eval_interval": 10, "verifier": "tool_call",
-                   "environment": None},
+                   "environment": None, "reward": "verifier", "judge_mode": "single"},
     JobKind.GATE: {"metric": "correct_arguments", "test": "bootstrap", "alpha": 0.05, "heldout_sample_size": 50,
                    "regression_sample_size": None, "verifier": "tool_call", "backend": "transformers",
                    "device": "auto", "batch_size": 8, "max_new_tokens": 96},

@@ -218,3 +218,102 @@ def test_an_answer_that_breaks_the_policy_gets_the_floor_whatever_the_judge_says
 def test_a_judge_reward_without_its_judge_is_refused(knobs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         GrpoConfig(**knobs)
+
+
+# --- judge_mode group ---------------------------------------------------------------------------------
+
+
+class GroupScoreJudge(WrittenScoreJudge):
+    """A group judge runtime: for each candidate in the chat whose answer writes `score=N`, a line `Candidate K: N`,
+    written last candidate first (the parser must go by labels); a candidate without one gets no line."""
+
+    def generate(self, prompts, sampling, hooks=None):
+        self.prompts = list(prompts)
+        replies = []
+        for prompt in prompts:
+            candidates = re.findall(r"CANDIDATE (\d+):\n(.*?)(?=\n\nCANDIDATE \d+:|\|assistant:)", prompt, re.DOTALL)
+            written = [(label, re.search(r"score=(\d+)", answer)) for label, answer in candidates]
+            lines = [f"Candidate {label}: {found.group(1)}" for label, found in reversed(written) if found]
+            # The prompt ends with the prefix "Candidate 1:": the reply goes on after it, on a line of its own.
+            replies.append([Generation("\n" + "\n".join(lines) + "\nReason: as written", 90, 20, True, 0.0)])
+        return replies
+
+
+def group_judged_reward(group_size: int, policy: SafetyPolicy = DEFAULT) -> tuple[TaskReward, GroupScoreJudge]:
+    runtime = GroupScoreJudge()
+    scorer = JudgeScorer(runtime, Rubric.from_json(DEFAULT_RUBRIC.to_json()), SamplingConfig(temperature=0.0),
+                         group_size=group_size)  # fmt: skip
+    return TaskReward(tiny_tasks(), "tool_call", None, policy, scorer), runtime
+
+
+def test_judged_by_groups_each_completion_gets_its_own_score_from_its_own_groups_chat():
+    first, second = by_id("simple_python_0"), by_id("simple_python_1")
+    reward, runtime = group_judged_reward(3)
+    answers = ["a, score=9", "b, score=2", "c, score=5", "d, score=1", "e, nothing", "f, score=7"]
+    values = reward([""] * 6, answers, [first.id] * 3 + [second.id] * 3)
+    assert values == [0.9, 0.2, 0.5, 0.1, 0.0, 0.7]
+    assert [row.task_id for row in reward.last_batch] == [first.id] * 3 + [second.id] * 3
+    assert [row.components["judge_unreadable"] for row in reward.last_batch] == [0, 0, 0, 0, 1, 0]
+    assert [row.components["judge_group_spread"] for row in reward.last_batch] == [0.7] * 3 + [0.6] * 3
+    # One judge chat per group: its own task's request once, each of its own answers once, no other group's.
+    assert len(runtime.prompts) == 2
+    for prompt, task, own in ((runtime.prompts[0], first, answers[:3]), (runtime.prompts[1], second, answers[3:])):
+        assert prompt.count(last_user_text(task)) == 1 and prompt.endswith("|assistant:Candidate 1:")
+        assert all(prompt.count(answer) == 1 for answer in own)
+        assert not any(answer in prompt for answer in answers if answer not in own)
+
+
+def test_judged_by_groups_an_unsafe_answer_gets_the_floor_whatever_its_group_score():
+    task = by_id("simple_python_0")
+    tool = task.expected_calls[0].name
+    denying = SafetyPolicy.from_json({**DEFAULT.to_json(), "name": "no-" + tool, "denied_tools": [tool]})
+    reward, _ = group_judged_reward(2, denying)
+    values = reward([""] * 2, [right(task) + "\nscore=10", "I will not call it. score=8"], [task.id] * 2)
+    assert values == [-1.0, 0.8]
+    assert [row.components["unsafe"] for row in reward.last_batch] == [-1.0, 0.0]
+    assert reward.last_batch[0].components["judge_score"] == 1.0  # logged as the judge said, not rewarded
+
+
+def test_judged_by_groups_a_batch_of_broken_groups_is_refused():
+    first, second = by_id("simple_python_0"), by_id("simple_python_1")
+    reward, runtime = group_judged_reward(2)
+    with pytest.raises(ValueError, match="3 completions are not a multiple of num_generations 2"):
+        reward([""] * 3, ["score=1"] * 3, [first.id] * 3)
+    with pytest.raises(ValueError, match="side by side; completions 0-1 answer several tasks"):
+        reward([""] * 4, ["score=1"] * 4, [first.id, second.id, first.id, second.id])
+    assert runtime.prompts == []  # refused before the judge ran
+
+
+def test_the_group_judge_opens_with_its_group_size_and_one_group_per_prompt_in_a_batch(monkeypatch):
+    runtime = GroupScoreJudge()
+    monkeypatch.setattr(grpo, "open_runtime", lambda *args, **kwargs: runtime)
+    knobs = {"reward": "judge", "judge_model": "demo", "num_generations": 4, "prompts_per_step": 3}
+    group = JudgeScorer.open(GrpoConfig(**knobs, judge_mode="group", judge_max_new_tokens=64), seed=1)
+    assert (group.group_size, group.sampling.batch_size, group.sampling.max_new_tokens) == (4, 3, 64)
+    single = JudgeScorer.open(GrpoConfig(**knobs), seed=1)
+    assert (single.group_size, single.sampling.batch_size) == (None, 4)
+
+
+JUDGE = {"reward": "judge", "judge_model": "demo"}
+
+
+@pytest.mark.parametrize(("knobs", "message"), [
+    ({"judge_mode": "group"}, "judge_mode group is how the judge reward scores: it needs reward judge"),
+    ({**JUDGE, "judge_mode": "ranked"}, "unknown judge_mode 'ranked'"),
+    ({**JUDGE, "judge_mode": "group"},
+     "judge_max_new_tokens must be at least 128 (16 per candidate x num_generations 8), got 64"),
+    ({**JUDGE, "judge_mode": "group", "num_generations": 4, "judge_max_new_tokens": 63}, "must be at least 64"),
+    ({**JUDGE, "judge_mode": "group", "num_generations": 1}, "num_generations must be at least 2"),
+    ({**JUDGE, "judge_mode": "group", "judge_max_new_tokens": 128, "max_turns": 3, "environment": "workbench"},
+     "episodes (max_turns above 1) are judged by"),
+])  # fmt: skip
+def test_a_group_judge_that_cannot_score_every_candidate_is_refused(knobs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        GrpoConfig(**knobs)
+
+
+def test_the_judge_scores_single_answers_unless_told_otherwise():
+    assert GrpoConfig().judge_mode == "single"
+    group = GrpoConfig(reward="judge", judge_model="demo", judge_mode="group", num_generations=4,
+                       judge_max_new_tokens=64)  # fmt: skip
+    assert group.judge_mode == "group"

@@ -115,6 +115,26 @@ def test_grpo_with_the_judge_as_reward_loads_the_judge_and_logs_its_components(t
     assert events[-1]["event"] == "done" and events[-1]["metrics"]["steps"] == 2
 
 
+@pytest.mark.slow
+def test_grpo_with_the_judge_scoring_groups_loads_the_judge_and_logs_each_groups_spread(tmp_path, capfd):
+    # 4 generations: the judge's reply has room for 16 tokens per candidate.
+    spec = spec_file(tmp_path, "grpo", reward="judge", judge_model=str(TINY_MODEL), judge_mode="group",
+                     judge_max_new_tokens=64, max_steps=2, eval_interval=0, checkpoint_interval=0,
+                     dynamic_sampling_redraws=0)  # fmt: skip
+    code, events = run_in_process("grpo", spec, capfd)
+    assert code == 0, events[-1]
+    assert any(e["event"] == "log" and e["message"] == f"reward: the judge {TINY_MODEL}, group-relative: the 4 "
+               "answers to a prompt judged together" for e in events)  # fmt: skip
+    metrics = {e["name"]: [] for e in events if e["event"] == "metric"}
+    for e in events:
+        if e["event"] == "metric":
+            metrics[e["name"]].append(e["value"])
+    # The tiny model writes no score lines: every candidate is unreadable, scored 0, and its group has no spread.
+    assert metrics["reward/judge_unreadable/mean"] == [1.0, 1.0]
+    assert metrics["reward/judge_group_spread/mean"] == [0.0, 0.0]
+    assert events[-1]["event"] == "done" and events[-1]["metrics"]["steps"] == 2
+
+
 @pytest.mark.parametrize("checkpointing", [True, False])
 def test_grpo_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, monkeypatch, checkpointing):
     # The tiny random model's completions all score alike, which gives GRPO no advantage to follow;

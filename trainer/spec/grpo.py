@@ -1,4 +1,4 @@
-"""The `grpo` job's config: TRL's GRPOTrainer on a LoRA adapter, rewarded by a verifier or an environment.
+"""The `grpo` job's config: TRL's GRPOTrainer on a LoRA adapter, rewarded by a verifier, an environment or a judge.
 
 The variants are what their knobs set, and a combination that cannot have the effect it names is
 refused rather than run:
@@ -11,7 +11,10 @@ refused rather than run:
   so both are refused with one step per batch;
 - DAPO's dynamic sampling is `dynamic_sampling_redraws`: a generation batch whose groups all tie (no
   advantage, no gradient) is drawn again with other tasks; `mask_truncated_completions` keeps cut
-  completions out of the loss.
+  completions out of the loss;
+- `reward: judge` scores each answer alone (`judge_mode: single`) or the group's answers together in
+  one judge chat (`judge_mode: group`, after OpenPipe's RULER), which needs a reply long enough for
+  a score line per candidate (`judge_max_new_tokens`).
 `describe()` names what a config sets, for the log and the manifest.
 """
 
@@ -23,6 +26,7 @@ from typing import Any
 from trainer.contracts import ContractError
 from trainer.spec.config import TrainingConfig, check_at_least
 from trainer.verifiers import DEFAULT_VERIFIER
+from trainer.verifiers.group_judge import MIN_TOKENS_PER_CANDIDATE
 from trainer.verifiers.judge import DEFAULT_RUBRIC, Rubric
 
 LOSS_TYPES = ("dapo", "dr_grpo", "grpo")
@@ -31,6 +35,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 GENERATIONS = ("transformers", "vllm")
 
 GRPO_REWARDS = ("verifier", "judge")
+JUDGE_MODES = ("single", "group")
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,12 @@ class GrpoConfig(TrainingConfig):
     judge_adapter: str = field(default="", metadata={"help": "The judge's LoRA adapter, if any (reward judge)."})
     judge_rubric: dict[str, Any] = field(default_factory=DEFAULT_RUBRIC.to_json, metadata={
         "help": "The judge's rubric (reward judge): criteria, pass_means, scale_max, pass_score."})
-    judge_max_new_tokens: int = field(default=64, metadata={"help": "Most tokens of the judge's reply."})
+    judge_max_new_tokens: int = field(default=64, metadata={
+        "help": "Most tokens of the judge's reply; judge_mode group needs at least 16 per candidate."})
+    judge_mode: str = field(default="single", metadata={
+        "help": "How the judge scores (reward judge): single (each answer alone; the agreement with reviewers the app "
+                "measures is this mode's) or group (the num_generations answers to one prompt shown together in one "
+                "judge chat and scored relative to each other, as OpenPipe's RULER; its agreement is not measured)."})
     eval_interval: int = field(default=10, metadata={
         "help": "Evaluate on the held-out tasks every this many steps; 0 for only at the start and the end."})
     checkpoint_interval: int = field(default=10, metadata={
@@ -98,8 +108,12 @@ class GrpoConfig(TrainingConfig):
             raise ValueError(f"importance_sampling_level must be one of {', '.join(IMPORTANCE_SAMPLING_LEVELS)}")
         if self.reward not in GRPO_REWARDS:
             raise ValueError(f"unknown reward {self.reward!r}; known: {', '.join(GRPO_REWARDS)}")
+        if self.judge_mode not in JUDGE_MODES:
+            raise ValueError(f"unknown judge_mode {self.judge_mode!r}; known: {', '.join(JUDGE_MODES)}")
         if self.reward == "judge":
             self._check_judge()
+        elif self.judge_mode != "single":
+            raise ValueError(f"judge_mode {self.judge_mode} is how the judge reward scores: it needs reward judge")
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2: GRPO compares completions within a group")
         check_at_least(self, 1, "prompts_per_step", "max_steps", "num_iterations", "steps_per_generation")
@@ -120,6 +134,11 @@ class GrpoConfig(TrainingConfig):
             raise ValueError("reward judge scores one answer per task; episodes (max_turns above 1) are judged by "
                              "their environment")
         check_at_least(self, 1, "judge_max_new_tokens")
+        needed = MIN_TOKENS_PER_CANDIDATE * self.num_generations
+        if self.judge_mode == "group" and self.judge_max_new_tokens < needed:
+            raise ValueError(f"judge_mode group asks the judge for a score line per candidate: judge_max_new_tokens "
+                             f"must be at least {needed} ({MIN_TOKENS_PER_CANDIDATE} per candidate x num_generations "
+                             f"{self.num_generations}), got {self.judge_max_new_tokens}")
         try:
             self.parsed_judge_rubric()
         except ContractError as error:

@@ -116,9 +116,7 @@ def judge_messages(
     """The chat the judge model answers: the rubric and reply format, then the item as a transcript."""
     what = "a task and the answer an AI agent gave to it" if item.answer is not None else "an AI agent's conversation"
     system = (
-        f"You are a strict reviewer. You will read {what} and grade it.\n\n"
-        f"Criteria: {rubric.criteria.strip()}\n"
-        f"A passing item: {rubric.pass_means.strip()}\n\n"
+        f"You are a strict reviewer. You will read {what} and grade it.\n\n{rubric_text(rubric)}\n\n"
         f"Reply in exactly this format:\n{REPLY_PREFIX} <an integer from 0 (fails completely) to {rubric.scale_max} "
         f"(passes completely)>\nReason: <one or two sentences>"
     )
@@ -129,9 +127,18 @@ def transcript(item: JudgeItem, max_chars: int = DEFAULT_MAX_TRANSCRIPT_CHARS) -
     """The item as plain text turns; each turn and the whole cut to fit, keeping the start and the end."""
     turns = [_turn(message) for message in item.messages]
     if item.answer is not None:
-        answer = item.answer if isinstance(item.answer, dict) else {"role": "assistant", "content": item.answer}
-        turns.append("ANSWER TO GRADE:\n" + _turn(answer))
+        turns.append("ANSWER TO GRADE:\n" + answer_text(item.answer))
     return cut_middle("\n\n".join(turn for turn in turns if turn), max_chars)
+
+
+def rubric_text(rubric: Rubric) -> str:
+    """The rubric as the judge's system turn states it: the criteria and what a passing item is."""
+    return f"Criteria: {rubric.criteria.strip()}\nA passing item: {rubric.pass_means.strip()}"
+
+
+def answer_text(answer: str | dict[str, Any]) -> str:
+    """An answer (a text or an assistant message) as a transcript turn: its text, then its calls."""
+    return _turn(answer if isinstance(answer, dict) else {"role": "assistant", "content": answer})
 
 
 def _turn(message: Mapping[str, Any]) -> str:
@@ -199,21 +206,31 @@ def parse_reply(reply: str, rubric: Rubric) -> tuple[float | None, str]:
     """
     match = _SCORE.search(reply)
     if match is None:
-        return None, f"unreadable reply: no score found ({_excerpt(reply)})"
-    value, out_of = float(match["value"]), float(match["out_of"]) if match["out_of"] else float(rubric.scale_max)
-    if out_of <= 0 or not 0.0 <= value <= out_of:
+        return None, f"unreadable reply: no score found ({reply_excerpt(reply)})"
+    score = scaled_score(match["value"], match["out_of"], rubric)
+    if score is None:
         return None, f"unreadable reply: score {match.group(0).strip()!r} is not on the scale 0-{rubric.scale_max}"
-    return round(value / out_of, 4), _reason(reply, match.end())
+    return score, reply_reason(reply, match.end())
 
 
-def _reason(reply: str, score_end: int) -> str:
+def scaled_score(value: str, out_of: str | None, rubric: Rubric) -> float | None:
+    """A written score (`value`, over `out_of` where the judge wrote a fraction) in [0, 1]; None off the scale."""
+    number, scale = float(value), float(out_of) if out_of else float(rubric.scale_max)
+    if scale <= 0 or not 0.0 <= number <= scale:
+        return None
+    return round(number / scale, 4)
+
+
+def reply_reason(reply: str, score_end: int) -> str:
+    """The reason in a reply: the text after "Reason:" past `score_end`, else all that follows the score."""
     labelled = _REASON.search(reply, score_end)
     text = labelled["reason"] if labelled else reply[score_end:]
     text = " ".join(text.split()).strip(" .:-*")
     return text or NO_REASON
 
 
-def _excerpt(reply: str) -> str:
+def reply_excerpt(reply: str) -> str:
+    """A short quote of a reply (for the reason an unreadable one gets)."""
     text = " ".join(reply.split())
     return repr(cut_middle(text, 120)) if text else "empty reply"
 

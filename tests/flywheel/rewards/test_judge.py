@@ -147,10 +147,10 @@ def test_changing_the_judges_rubric_needs_a_new_measurement(judged_run, judged_a
     assert selectors.judge_approval(agent=judged_agent).approved is False
 
 
-def grpo_launch(run: ProfileRun, user, reward: str) -> Job:
+def grpo_launch(run: ProfileRun, user, reward: str, **knobs) -> Job:
     snapshot = run.snapshot
     return job_launch(actor=user, kind="grpo", snapshot=snapshot, base_model="demo", agent=snapshot.agent,
-                      hyperparameters={"reward": reward})  # fmt: skip
+                      hyperparameters={"reward": reward, **knobs})  # fmt: skip
 
 
 def test_a_grpo_launch_with_an_unapproved_judge_as_its_reward_is_refused_naming_the_figures(
@@ -176,6 +176,33 @@ def test_a_grpo_launch_with_an_approved_judge_as_its_reward_is_queued_with_that_
     # The trainer runs the judge the approval measured, not one the launch names.
     assert (job.hyperparameters["judge_model"], job.hyperparameters["judge_adapter"]) == ("demo", "/adapters/judge-v2")
     assert job.hyperparameters["judge_rubric"] == rubric
+
+
+def test_a_grpo_launch_judging_by_groups_is_queued_with_the_approved_judge(
+    judged_run, judged_agent, make_user, tmp_path
+):
+    AgentJudge.objects.create(agent=judged_agent, agreement_threshold=0.8, adapter="/adapters/judge-v2")
+    measured(judged_run, make_user, tmp_path, labelled=50, agreeing=45)
+    job = grpo_launch(judged_run, make_user(Role.TRAINER), "judge", judge_mode="group", judge_max_new_tokens=128)
+    assert (job.hyperparameters["judge_mode"], job.state) == ("group", JobState.QUEUED)
+    assert (job.hyperparameters["judge_model"], job.hyperparameters["judge_adapter"]) == ("demo", "/adapters/judge-v2")
+
+
+def test_a_grpo_launch_judging_by_groups_is_refused_like_any_other_without_an_approved_judge_or_reply_room(
+    judged_run, judged_agent, make_user, tmp_path
+):
+    judge = AgentJudge.objects.create(agent=judged_agent, agreement_threshold=0.9)
+    measured(judged_run, make_user, tmp_path, labelled=50, agreeing=30)
+    trainer = make_user(Role.TRAINER)
+    with pytest.raises(LaunchRefused, match="not approved as a training reward"):
+        grpo_launch(judged_run, trainer, "judge", judge_mode="group", judge_max_new_tokens=128)
+    judge.agreement_threshold = 0.5
+    judge.save()
+    with pytest.raises(LaunchRefused, match=r"judge_max_new_tokens must be at least 128 \(16 per candidate"):
+        grpo_launch(judged_run, trainer, "judge", judge_mode="group")  # the default 64 tokens: 8 candidates need 128
+    with pytest.raises(LaunchRefused, match="judge_mode group is how the judge reward scores: it needs reward judge"):
+        grpo_launch(judged_run, trainer, "verifier", judge_mode="group")
+    assert not Job.objects.filter(kind=JobKind.GRPO).exists()
 
 
 @pytest.mark.parametrize(("agreeing", "expected"), [(45, 0.9), (30, None)])

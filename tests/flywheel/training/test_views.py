@@ -14,7 +14,10 @@ from django.urls import reverse
 
 from flywheel.core.models import Agent
 from flywheel.core.roles import Role
+from flywheel.training.forms import DEFAULT_HYPERPARAMETERS, JobLaunchForm
 from flywheel.training.models import EvalRun, Job, MetricPoint, Sample
+from trainer.spec.config import config_from_json
+from trainer.spec.grpo import GrpoConfig
 
 pytestmark = pytest.mark.django_db
 
@@ -357,3 +360,10 @@ def test_a_job_without_evaluation_results_has_no_evaluation_page(client, make_us
     client.force_login(make_user(Role.VIEWER))
     job = make_job(tiny_train_snapshot)
     assert client.get(reverse("training:eval_detail", args=[job.id])).status_code == 404
+
+
+def test_the_grpo_launch_form_shows_the_judge_mode_with_defaults_the_trainer_accepts():
+    shown = json.loads(JobLaunchForm(initial={"kind": "grpo"}).fields["hyperparameters"].initial)
+    assert (shown["reward"], shown["judge_mode"]) == ("verifier", "single")
+    config = config_from_json(GrpoConfig, DEFAULT_HYPERPARAMETERS["grpo"], "grpo hyperparameters")
+    assert (config.reward, config.judge_mode) == ("verifier", "single")
