@@ -122,7 +122,10 @@ def test_an_optional_argument_the_seed_accepts_omitted_is_left_out_and_still_pas
     rounded = task("round", "Round 3.14159 to 2 digits.", ROUND, {"value": [3.14159], "digits": [2]})
     other_digits = task("round3", "Round 2.71828 to 3 digits.", ROUND, {"value": [2.71828], "digits": [3]})
     circle = task("circle", "Circumference of a circle of radius 4.", CIRCUMFERENCE, {"radius": [4]})
-    variants = generate([*seeds(), rounded, other_digits, circle], Options(methods=("omit",)))
+    strict = {"type": "function", "function": {**ROUND["function"], "name": "math.round_strict", "parameters": {
+        **ROUND["function"]["parameters"], "required": ["value", "digits"]}}}  # fmt: skip
+    required = task("strict", "Round 1.41421 to 2 digits.", strict, {"value": [1.41421], "digits": [2, OMITTABLE]})
+    variants = generate([*seeds(), rounded, other_digits, circle, required], Options(methods=("omit",)))
     # "" among the accepted values (BFCL's mark) or the schema's default; never a required argument, never a
     # default that is not the seed's value, never an optional argument that may not be left out.
     assert {(v.seed_id, v.change) for v in variants} == {
