@@ -382,3 +382,16 @@ def test_a_synth_jobs_environment_and_its_filters_word_reach_the_batch(agent, tm
     batch = SyntheticBatch.objects.get(job_id=job.pk)
     assert batch.environment == "workbench" and batch.report["environment"] == played
     assert batch.report["rejected"]["environment"] == 1 and batch.report["accepted"] == 1
+
+
+def test_a_synth_job_takes_the_agents_environment_unless_the_launch_names_one(workplace_agent, make_user):
+    from flywheel.datasets.services import snapshot_create
+    from flywheel.training.services import job_launch
+
+    trainer = make_user(Role.TRAINER, agents=[workplace_agent])
+    train = snapshot_create(actor=None, name="office train", split=Split.TRAIN, agent=workplace_agent)
+    job = job_launch(actor=trainer, kind="synth", snapshot=train, base_model="tiny", agent=workplace_agent)
+    assert job.hyperparameters["environment"] == "workbench"
+    named = job_launch(actor=trainer, kind="synth", snapshot=train, base_model="tiny", agent=workplace_agent,
+                       hyperparameters={"environment": None})  # fmt: skip
+    assert named.hyperparameters["environment"] is None
