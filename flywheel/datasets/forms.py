@@ -162,7 +162,7 @@ class PairSnapshotForm(forms.Form):
 
 
 class SyntheticBatchForm(forms.Form):
-    """Generate variants of one agent's train tasks, screened by the verifier and the near-duplicate checks."""
+    """Generate variants of one agent's train tasks, screened by the verifier, its environment and duplicates."""
 
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("name"))
     methods = forms.MultipleChoiceField(

@@ -221,8 +221,9 @@ class BatchState(models.TextChoices):
 class SyntheticBatch(UUIDModel, TimestampedModel):
     """Variants generated from an agent's train tasks and screened by the filters of `trainer.spec.synthetic`.
 
-    `report` is the per-batch count: generated, rejected by each filter, accepted (and, once a
-    reviewer accepts the batch, how many became train tasks and how many the leakage rule refused).
+    `report` is the per-batch count: generated, rejected by each filter, accepted, the environment
+    filter's applied-or-why-not (and, once a reviewer accepts the batch, how many became train tasks
+    and how many the leakage rule refused).
     """
 
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="synthetic_batches")
@@ -230,6 +231,11 @@ class SyntheticBatch(UUIDModel, TimestampedModel):
     per_method = models.PositiveIntegerField(default=2)
     seed = models.PositiveIntegerField(default=0)
     verifier = models.CharField(max_length=50, default="tool_call")
+    environment = models.CharField(
+        max_length=500, blank=True,
+        help_text="The agent's environment, in which the environment filter played each variant's expected calls "
+                  "(empty: none; the report says whether the filter applied, and why not).",
+    )  # fmt: skip
     threshold = models.FloatField(help_text="Similarity at which two variants are near-duplicates.")
     heldout_threshold = models.FloatField(help_text="Similarity at which a variant is close to a held-out task.")
     state = models.CharField(max_length=16, choices=BatchState.choices, default=BatchState.QUEUED, db_index=True)
@@ -253,6 +259,16 @@ class SyntheticBatch(UUIDModel, TimestampedModel):
 
     def __str__(self) -> str:
         return f"synthetic batch {str(self.pk)[:8]}"
+
+    @property
+    def environment_filter(self) -> str:
+        """The environment filter in words: that it played the variants, or why not ("" before a report)."""
+        reported = (self.report or {}).get("environment")
+        if not isinstance(reported, dict):
+            return str(reported or "")  # a batch from before the filter says why in words, or nothing
+        if reported.get("applied"):
+            return f"applied: each variant's expected calls were played in {reported.get('name')}"
+        return f"not applied: {reported.get('skipped')}"
 
 
 class SyntheticCandidate(models.Model):

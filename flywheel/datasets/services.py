@@ -47,11 +47,15 @@ from flywheel.datasets.validation import task_problems
 from flywheel.ingest.models import Step, Trajectory
 from flywheel.triage.selectors import agent_policy_json
 from trainer.contracts import ContractError, Task
+from trainer.environments import environment_names, make_environment
+from trainer.environments.workbench import WorkbenchDataMissing
 from trainer.spec.synthetic import (
     DEFAULT_THRESHOLD,
     FILTERS,
     HELDOUT_THRESHOLD,
     METHODS,
+    NO_ENVIRONMENT,
+    EnvironmentFilter,
     Options,
     Screened,
     counts,
@@ -477,8 +481,8 @@ def synthetic_batch_create(*, actor: Actor, agent: Agent, settings: BatchSetting
         raise BatchRefused(f"{agent.name} has no train tasks to vary")
     batch = SyntheticBatch(
         agent=agent, methods=list(settings.methods), per_method=settings.per_method, seed=settings.seed,
-        verifier=settings.verifier, threshold=settings.threshold, heldout_threshold=settings.heldout_threshold,
-        created_by=actor_user(actor),
+        verifier=settings.verifier, environment=agent.environment, threshold=settings.threshold,
+        heldout_threshold=settings.heldout_threshold, created_by=actor_user(actor),
     )  # fmt: skip
     batch.full_clean()
     batch.save()
@@ -519,15 +523,32 @@ def _agent_tasks(agent: Agent, split: str) -> list[Task]:
     return [Task.from_json(content) for content in contents]
 
 
-def _screened(batch: SyntheticBatch, seeds: list[RegressionTask]) -> list[Screened]:
+TEAM_ENVIRONMENT_SKIPPED = "a team's environment runs its code in jobs only, never in the app's workers"
+
+
+def _environment_filter(batch: SyntheticBatch, policy: SafetyPolicy | None) -> EnvironmentFilter:
+    """Where the batch's variants are played: the agent's built-in environment (the workbench sandbox is pure
+    Python); a team's entry point or MCP server is not run here. WorkbenchDataMissing where its data is not."""
+    name = batch.environment
+    if not name:
+        return EnvironmentFilter(skipped="the agent names no environment")
+    if name not in environment_names():
+        return EnvironmentFilter.skipping(name, TEAM_ENVIRONMENT_SKIPPED)
+    return EnvironmentFilter.of(name, make_environment(name, batch.verifier, policy))
+
+
+def _screened(batch: SyntheticBatch, seeds: list[RegressionTask]) -> tuple[list[Screened], EnvironmentFilter]:
     settings = _batch_settings(batch)
     seed_tasks = [Task.from_json(row.content) for row in seeds]
     heldout, train = _agent_tasks(batch.agent, Split.HELDOUT), _agent_tasks(batch.agent, Split.TRAIN)
-    policy = agent_policy_json(batch.agent_id)
-    verifier = get_verifier(batch.verifier, SafetyPolicy.from_json(policy) if policy is not None else None)
+    policy_json = agent_policy_json(batch.agent_id)
+    policy = SafetyPolicy.from_json(policy_json) if policy_json is not None else None
+    verifier = get_verifier(batch.verifier, policy)
+    playing = _environment_filter(batch, policy)
     variants = generate(seed_tasks, settings.options(batch.agent.tools))
     return screen(variants, verifier=verifier, train=train, heldout=heldout, threshold=batch.threshold,
-                  heldout_threshold=batch.heldout_threshold, extra_check=_strict_problems)  # fmt: skip
+                  heldout_threshold=batch.heldout_threshold, extra_check=_strict_problems,
+                  environment=playing), playing  # fmt: skip
 
 
 def synthetic_batch_generate(*, batch_id: Any) -> SyntheticBatch | None:
@@ -538,8 +559,8 @@ def synthetic_batch_generate(*, batch_id: Any) -> SyntheticBatch | None:
             return batch
         seeds = _seed_rows(batch.agent)
         try:
-            screened = _screened(batch, seeds)
-        except (ContractError, ValueError, KeyError) as exc:
+            screened, playing = _screened(batch, seeds)
+        except (ContractError, ValueError, KeyError, WorkbenchDataMissing) as exc:
             batch.state, batch.error = BatchState.FAILED, f"{type(exc).__name__}: {exc}"
             batch.save(update_fields=["state", "error", "updated_at"])
             return batch
@@ -552,17 +573,10 @@ def synthetic_batch_generate(*, batch_id: Any) -> SyntheticBatch | None:
                                reason=item.rejection.reason if item.rejection else "")
             for position, item in enumerate(screened)
         )  # fmt: skip
-        batch.report = {**counts(screened), **_environment_note(batch.agent)}
+        batch.report = counts(screened, playing)
         batch.state, batch.seed_count = BatchState.READY, len(seeds)
         batch.save(update_fields=["report", "state", "seed_count", "updated_at"])
         return batch
-
-
-def _environment_note(agent: Agent) -> dict[str, str]:
-    """Variants are not played in the agent's environment yet: the report says so where it has one."""
-    if not agent.environment:
-        return {}
-    return {"environment": f"not checked: variants are not run in {agent.environment}; only the verifier judged them"}
 
 
 @transaction.atomic
@@ -617,14 +631,21 @@ def _imported_candidate(batch: SyntheticBatch, position: int, line: dict[str, An
                               content=line["task"], rejected_by=rejected_by, reason=reason)  # fmt: skip
 
 
-def _report_of(candidates: list[SyntheticCandidate]) -> dict[str, Any]:
-    rejected = {name: 0 for name in FILTERS}
+def _job_environment(job: Any) -> dict[str, Any]:
+    """The synth job's report of its environment filter (a job from before the filter: none named)."""
+    reported = ((job.result or {}).get("metrics") or {}).get("environment")
+    return reported if isinstance(reported, dict) else NO_ENVIRONMENT.report()
+
+
+def _report_of(candidates: list[SyntheticCandidate], environment: dict[str, Any]) -> dict[str, Any]:
+    """The job's counts, recounted with the app's own check, and the job's word on its environment filter."""
+    rejected = {name: 0 for name in FILTERS if name != "environment" or environment.get("applied")}
     for candidate in candidates:
         if candidate.rejected_by:
             rejected[candidate.rejected_by] = rejected.get(candidate.rejected_by, 0) + 1
     accepted = sum(not candidate.rejected_by for candidate in candidates)
     return {"generated": len(candidates), "rejected": rejected, "accepted": accepted,
-            "accepted_by_method": {MODEL_METHOD: accepted}}  # fmt: skip
+            "accepted_by_method": {MODEL_METHOD: accepted}, "environment": environment}  # fmt: skip
 
 
 @transaction.atomic
@@ -643,6 +664,7 @@ def synthetic_batch_from_job(*, job: Any) -> SyntheticBatch | None:
     batch = SyntheticBatch.objects.create(
         agent_id=job.agent_id, methods=[MODEL_METHOD], per_method=int(settings.get("paraphrases", 2)),
         seed=int(settings.get("seed", 0)), verifier=str(settings.get("verifier", DEFAULT_VERIFIER)),
+        environment=str(settings.get("environment") or ""),
         threshold=float(settings.get("threshold", DEFAULT_THRESHOLD)),
         heldout_threshold=float(settings.get("heldout_threshold", HELDOUT_THRESHOLD)),
         created_by=job.launched_by, job_id=job.pk, state=BatchState.READY,
@@ -651,7 +673,7 @@ def synthetic_batch_from_job(*, job: Any) -> SyntheticBatch | None:
     seeds = {item.content.get("id"): item.task for item in job.snapshot.items.select_related("task")}
     candidates = [_imported_candidate(batch, position, line, seeds) for position, line in enumerate(_job_lines(job))]
     SyntheticCandidate.objects.bulk_create(candidates)
-    batch.report = _report_of(candidates)
+    batch.report = _report_of(candidates, _job_environment(job))
     batch.save(update_fields=["report", "updated_at"])
     audit_record(actor=None, action="synthetic.from_job", target=batch, data={"job": str(job.pk)})
     return batch

@@ -19,6 +19,7 @@ from trainer.rollout import Generation, GenerationHooks
 from trainer.spec.eval import SamplingConfig
 from trainer.spec.synth import METHOD, model_variants, read_paraphrase
 from trainer.spec.tasks import write_tasks
+from trainer.spec.workbench import tools_by_domain
 
 FACTORIAL = {"type": "function", "function": {"name": "math.factorial", "parameters": {
     "type": "object", "properties": {"number": {"type": "integer"}}, "required": ["number"]}}}  # fmt: skip
@@ -37,7 +38,8 @@ REWRITES = [
 class ScriptedRuntime:
     description = "scripted"
 
-    def __init__(self) -> None:
+    def __init__(self, rewrites: list[str] = REWRITES) -> None:
+        self.rewrites = rewrites
         self.backend = self
         self.prompts: list[str] = []
         self.sampling: SamplingConfig | None = None
@@ -47,11 +49,11 @@ class ScriptedRuntime:
 
     def generate(self, prompts, sampling: SamplingConfig, hooks: GenerationHooks | None = None):
         self.prompts, self.sampling = list(prompts), sampling
-        return [[Generation(text, 10, 8, True, 0.01) for text in REWRITES] for _ in prompts]
+        return [[Generation(text, 10, 8, True, 0.01) for text in self.rewrites] for _ in prompts]
 
 
-def write_spec(folder: Path, **hyperparameters: Any) -> Path:
-    write_tasks(folder / "train.jsonl", [SEED])
+def write_spec(folder: Path, seeds: list[Task] = [SEED], **hyperparameters: Any) -> Path:  # noqa: B006 - read only
+    write_tasks(folder / "train.jsonl", seeds)
     write_tasks(folder / "heldout.jsonl", [HELD])
     spec = {"kind": "synth", "base_model": str(TINY_MODEL), "task_paths": [str(folder / "train.jsonl")],
             "heldout_paths": [str(folder / "heldout.jsonl")], "output_dir": str(folder / "out"), "seed": 3,
@@ -107,3 +109,48 @@ def test_a_synth_job_runs_end_to_end_on_the_tiny_model(tmp_path, capfd):
     done = events[-1]["metrics"]
     lines = Path(events[-1]["results"]).read_text().splitlines()
     assert done["generated"] == len(lines) and done["accepted"] + sum(done["rejected"].values()) == len(lines)
+
+
+EXTERNAL = Path(__file__).resolve().parents[3] / "shared" / "external"
+
+
+def delete_event(event_id: str) -> Task:
+    tools = tools_by_domain(EXTERNAL / "nemo_gym" / "workplace_assistant" / "example.jsonl")["calendar"]
+    return Task(id=f"delete-{event_id}", messages=[{"role": "user", "content": f"Delete event {event_id}."}],
+                tools=tools, expected_calls=[ExpectedCall.exact("calendar_delete_event", {"event_id": event_id})])
+
+
+def test_the_rewrites_are_played_in_the_configs_environment(tmp_path, capfd, monkeypatch):
+    """A seed whose call acts on a row the sandbox lacks: every rewrite of it is rejected by the environment."""
+    monkeypatch.setenv("FLYWHEEL_WORKBENCH_DIR", str(EXTERNAL / "workbench"))
+    runtime = ScriptedRuntime(["Please remove event 00000013 from my calendar.",
+                               "Please remove event 99999999 from my calendar."])  # fmt: skip
+    monkeypatch.setattr(synth, "open_runtime", lambda *args, **kwargs: runtime)
+    seeds = [delete_event("00000013"), delete_event("99999999")]
+    code, events = run_synth(write_spec(tmp_path, seeds, environment="workbench"), capfd)
+    assert code == 0, events[-1]
+    lines = [json.loads(text) for text in Path(events[-1]["results"]).read_text().splitlines()]
+    verdicts = {line["task"]["id"]: (line["rejected_by"], line["reason"]) for line in lines}
+    assert verdicts["delete-00000013~model_paraphrase1"] == ("", "")
+    assert verdicts["delete-99999999~model_paraphrase2"] == (
+        "environment", "call 1, calendar_delete_event, fails in workbench: Event not found.")
+    done = events[-1]["metrics"]
+    assert done["rejected"]["environment"] == 1 and done["environment"]["applied"] is True
+    metric_names = {event["name"] for event in events if event["event"] == "metric"}
+    assert "rejected/environment" in metric_names
+
+
+def test_an_environment_that_cannot_judge_variants_is_reported_not_applied(tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr(synth, "open_runtime", lambda *args, **kwargs: ScriptedRuntime())
+    code, events = run_synth(write_spec(tmp_path, environment="replay"), capfd)
+    assert code == 0, events[-1]
+    done = events[-1]["metrics"]
+    assert done["environment"]["applied"] is False and "replay cannot judge variants" in done["environment"]["skipped"]
+    assert "environment" not in done["rejected"]
+
+
+def test_a_missing_sandbox_fails_before_any_model_loads(tmp_path, capfd, monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_WORKBENCH_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(synth, "open_runtime", lambda *args, **kwargs: pytest.fail("no model may load"))
+    code, events = run_synth(write_spec(tmp_path, environment="workbench"), capfd)
+    assert code == EXIT_FAILED and "nowhere" in events[-1]["message"]

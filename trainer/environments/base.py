@@ -115,6 +115,15 @@ class Environment(ABC):
         """What the summary line of a verify run names as its scorer."""
         return self.name
 
+    def cannot_judge_variants(self) -> str:
+        """Why playing a synthetic variant's expected calls here would judge nothing ("" where it judges them).
+
+        `trainer.spec.synthetic`'s environment filter plays each variant's calls and rejects those
+        that fail; an environment that cannot tell (it re-runs the verifier, or answers from a
+        recording) says why, and the batch report says the filter did not apply.
+        """
+        return ""
+
     def offered_tools(self) -> list[dict[str, Any]] | None:
         """The tools an episode here offers the model, where the environment decides them; None: the task's."""
         return None

@@ -99,6 +99,9 @@ class TimedEnvironment(Environment):
     def offered_tools(self) -> list[dict[str, Any]] | None:
         return self.inner.offered_tools()
 
+    def cannot_judge_variants(self) -> str:
+        return self.inner.cannot_judge_variants()
+
     def spawn(self) -> TimedEnvironment:
         return TimedEnvironment(self.inner.spawn(), self.call_timeout_s)
 

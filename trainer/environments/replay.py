@@ -141,6 +141,10 @@ class ReplayEnvironment(Environment):
         self._calls: list[ToolCall] = []
         self._misses = 0
 
+    def cannot_judge_variants(self) -> str:
+        return ("replay answers only the calls a production trajectory recorded and keeps no state: a variant's "
+                "changed calls have no recorded result to be judged by")
+
     def reset(self, task: Task) -> None:
         recorded = recorded_calls(task)
         if not task.expected_calls and not task.no_call_expected:

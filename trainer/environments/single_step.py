@@ -37,6 +37,9 @@ class SingleStepEnvironment(Environment):
     def label(self) -> str:
         return self.verifier.name
 
+    def cannot_judge_variants(self) -> str:
+        return "single_step runs nothing: it is the verifier again, which the verifier filter has applied"
+
     def reset(self, task: Task) -> None:
         self._task = task
         self._calls = []

@@ -4,8 +4,9 @@ A `synth` job (`trainer.synth`) loads a model, asks it to rewrite each seed task
 (`paraphrase_task`: an instruction and the request, no tools), reads the rewrite back
 (`read_paraphrase`) and turns each into a variant of its seed (`model_variants`, method
 `model_paraphrase`) that then goes through the same filters as the template variants
-(`trainer.spec.synthetic.screen`): values kept, schema, verifier, duplicates. The app reads the
-written variants file into a synthetic batch. Nothing here imports torch.
+(`trainer.spec.synthetic.screen`): values kept, schema, verifier, environment (the spec's
+`environment`, the agent's where the launch names none), duplicates. The app reads the written
+variants file into a synthetic batch. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from trainer.contracts import Task
 from trainer.spec.config import check_at_least
+from trainer.spec.environments import check_executing_environment
 from trainer.spec.eval import BACKENDS, SamplingConfig
 from trainer.spec.synthetic import DEFAULT_THRESHOLD, HELDOUT_THRESHOLD, Variant, written_values
 from trainer.verifiers import verifier_names
@@ -40,6 +42,9 @@ class SynthConfig:
     top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling mass."})
     batch_size: int = field(default=8, metadata={"help": "Prompts per generation batch (transformers)."})
     verifier: str = field(default="tool_call", metadata={"help": "The verifier the expected calls must pass."})
+    environment: str | None = field(default=None, metadata={
+        "help": "Where each variant's expected calls are played, and must run cleanly and pass (workbench, a team's "
+                "entry point or MCP server); the agent's when the launch names none; null for none."})  # fmt: skip
     threshold: float = field(default=DEFAULT_THRESHOLD, metadata={"help": "Near-duplicate similarity of variants."})
     heldout_threshold: float = field(
         default=HELDOUT_THRESHOLD, metadata={"help": "Similarity to a held-out task at which a variant is dropped."}
@@ -51,6 +56,8 @@ class SynthConfig:
         check_at_least(self, 1, "paraphrases", "max_new_tokens", "batch_size")
         if self.verifier not in verifier_names():
             raise ValueError(f"unknown verifier {self.verifier!r}; known: {', '.join(verifier_names())}")
+        if self.environment != "single_step":  # the agent's may be; the batch report then says it judged nothing
+            check_executing_environment(self.environment)
         if not (0.0 < self.threshold <= 1.0 and 0.0 < self.heldout_threshold <= 1.0):
             raise ValueError("thresholds must be in (0, 1]")
         self.sampling(seed=0)  # SamplingConfig checks temperature and top_p

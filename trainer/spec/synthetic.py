@@ -10,6 +10,10 @@ they load a model) go through the same `screen`. Methods, each applied per seed 
 - `boundary`: an argument set to its schema's `minimum`, `maximum`, or first or last enum member,
   substituted the same way.
 - `optional`: an optional argument the seed may omit, given explicitly ("Use z = 0.").
+- `omit`: the reverse: an optional argument the seed's reference call gives, left out, where the
+  seed accepts its omission (BFCL's possible answers list "" among its values) or the schema
+  gives it a default. The variant's expected call accepts only the omission (and, through the
+  verifier's matching, the schema's default): the reference answer leaves the argument out.
 - `distractors`: the most similar tools of the catalogue (the agent's tools and the other seeds')
   offered beside the seed's, same request and expected call.
 - `paraphrase`: the request rewritten by a template (a polite prefix, a question, a synonym).
@@ -22,11 +26,16 @@ value. Filters (`screen`), in order, each rejecting with its name and a reason:
 1. `schema`: each expected call (its first accepted value per argument) fits its tool's schema
    (`trainer.verifiers.schema`, the one schema check), plus any check the caller adds.
 2. `verifier`: the verifier passes the expected call as the answer.
-3. `train_duplicate`: the same task (request, tools, expected calls) as a train task.
-4. `heldout_near_duplicate`: the request's similarity to any held-out task's request reaches
+3. `environment`: the expected calls, played in the agent's environment (`EnvironmentFilter`),
+   each run cleanly and reach a passed judgement: no error, no unsafe call under the safety policy
+   the environment was built with, the end state it expects. It applies only where an environment
+   is named and can judge variants (`Environment.cannot_judge_variants`); otherwise the report
+   says it did not apply and why.
+4. `train_duplicate`: the same task (request, tools, expected calls) as a train task.
+5. `heldout_near_duplicate`: the request's similarity to any held-out task's request reaches
    `heldout_threshold` (0.6 by default; the leakage key's exact match is similarity 1.0). Held-out
    tasks are read only for this leakage guard, never scored.
-5. `near_duplicate`: the request, tools and expected call reach `threshold` (0.8) of similarity to
+6. `near_duplicate`: the request, tools and expected call reach `threshold` (0.8) of similarity to
    an earlier kept variant's.
 
 Similarity is the Jaccard index of the character 5-gram sets of the normalised text (lower case,
@@ -43,14 +52,19 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.contracts import OMITTABLE, ExpectedCall, Task, ToolCall
 from trainer.verifiers.base import Verifier
+from trainer.verifiers.normalise import values_equal
 from trainer.verifiers.schema import call_problems
 
-METHODS = ("values", "boundary", "optional", "distractors", "paraphrase")
-FILTERS = ("values_kept", "schema", "verifier", "train_duplicate", "heldout_near_duplicate", "near_duplicate")
+if TYPE_CHECKING:
+    from trainer.environments.base import Environment
+
+METHODS = ("values", "boundary", "optional", "omit", "distractors", "paraphrase")
+FILTERS = ("values_kept", "schema", "verifier", "environment", "train_duplicate", "heldout_near_duplicate",
+           "near_duplicate")  # fmt: skip
 DEFAULT_THRESHOLD = 0.8
 # Stricter against held-out tasks: a leak costs more than a lost variant. On BFCL simple_python no
 # train request reaches 0.6 to a held-out one but four (of 300); 99% stay under 0.63.
@@ -58,6 +72,7 @@ HELDOUT_THRESHOLD = 0.6
 SHINGLE = 5
 DISTRACTORS = 2
 NO_CALL_ANSWER = "I cannot do that with the tools I have."
+_OBSERVATION_CHARS = 200
 
 # Imperative requests take a prefix; questions ("What is ...?") only the forms that keep them questions.
 _PREFIXES = ("Please {lower}", "I need to {lower}", "Can you {lower_q}", "Help me {lower}", "{text} Thanks.")
@@ -371,6 +386,29 @@ def _optional(task: Task, rng: random.Random, context: Context) -> list[Made]:
     return made
 
 
+def _omit(task: Task, rng: random.Random, context: Context) -> list[Made]:
+    """An optional argument the seed's reference call gives, left out where the seed accepts its omission."""
+    made = []
+    for index, call in enumerate(task.expected_calls):
+        required = set((task.tool_schemas.get(call.name) or {}).get("required") or [])
+        for argument, alternatives in call.arguments.items():
+            value = _first_value(alternatives)
+            if argument in required or value is None or not _omission_accepted(task, index, argument, alternatives):
+                continue
+            calls = list(task.expected_calls)
+            calls[index] = ExpectedCall(call.name, {**call.arguments, argument: [OMITTABLE]})
+            made.append((replace(task, expected_calls=calls), f"{call.name}.{argument}: {render(value)} → omitted"))
+    rng.shuffle(made)
+    return made
+
+
+def _omission_accepted(task: Task, call_index: int, argument: str, alternatives: Sequence[Any]) -> bool:
+    """BFCL's "" among the accepted values, or a schema default that is one of them (omitting it then means it)."""
+    spec = _schema_of(task, call_index, argument)
+    return OMITTABLE in alternatives or ("default" in spec and any(
+        values_equal(spec["default"], value) for value in alternatives if value != OMITTABLE))  # fmt: skip
+
+
 def _catalogue(seeds: Sequence[Task], extra: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     tools: dict[str, dict[str, Any]] = {}
     for tool in [*extra, *(tool for task in seeds for tool in task.tools)]:
@@ -428,7 +466,7 @@ def _synonym(request: str) -> str:
 
 
 _METHODS: dict[str, Callable[[Task, random.Random, Context], list[Made]]] = {
-    "values": _values, "boundary": _boundary, "optional": _optional, "distractors": _distractors,
+    "values": _values, "boundary": _boundary, "optional": _optional, "omit": _omit, "distractors": _distractors,
     "paraphrase": _paraphrase,
 }  # fmt: skip
 
@@ -461,6 +499,64 @@ def task_fingerprint(task: Task) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class EnvironmentFilter:
+    """Where the environment filter plays variants' expected calls, or why it does not apply.
+
+    `environment` is None when the filter does not apply, and `skipped` then says why: no
+    environment is named, or the named one cannot judge variants (`Environment.cannot_judge_variants`),
+    or the caller does not run it (the app runs no team code in its workers).
+    """
+
+    name: str = ""
+    environment: Environment | None = None
+    skipped: str = "no environment is named"
+
+    @classmethod
+    def of(cls, name: str, environment: Environment) -> EnvironmentFilter:
+        """The filter playing in `environment`, unless it says it cannot judge variants."""
+        blind = environment.cannot_judge_variants()
+        return cls(name, None, f"{name} cannot judge variants: {blind}") if blind else cls(name, environment, "")
+
+    @classmethod
+    def skipping(cls, name: str, why: str) -> EnvironmentFilter:
+        return cls(name, None, f"{name}: {why}")
+
+    @property
+    def applies(self) -> bool:
+        return self.environment is not None
+
+    def report(self) -> dict[str, Any]:
+        """What the batch report says of the filter: the environment, whether it applied, and why not."""
+        return {"name": self.name, "applied": self.applies, "skipped": self.skipped}
+
+
+NO_ENVIRONMENT = EnvironmentFilter()
+
+
+def environment_rejection(task: Task, playing: EnvironmentFilter) -> Rejection | None:
+    """Why the task's reference calls fail in the filter's environment (a call refused, an unsafe call, the end
+    state not reached); None when they pass, or when the filter does not apply."""
+    environment = playing.environment
+    if environment is None:
+        return None
+    try:
+        environment.reset(task)
+        for number, call in enumerate(reference_calls(task), start=1):
+            result = environment.step(call)
+            if not result.ok:
+                shown = str(result.observation)[:_OBSERVATION_CHARS]
+                return Rejection("environment", f"call {number}, {call.name}, fails in {playing.name}: {shown}")
+        judgement = environment.judge()
+    except Exception as error:  # noqa: BLE001 - a team's environment may raise anything; the variant fails alone
+        return Rejection("environment", f"{playing.name} failed: {type(error).__name__}: {error}")
+    if judgement.unsafe:
+        return Rejection("environment", f"unsafe under the safety policy in {playing.name}: {judgement.reason}")
+    if not judgement.passed:
+        return Rejection("environment", f"the expected calls do not pass in {playing.name}: {judgement.reason}")
+    return None
+
+
 @dataclass
 class _Seen:
     """The kept variants' similarity texts, to compare each next one with."""
@@ -480,6 +576,7 @@ def screen(
     threshold: float = DEFAULT_THRESHOLD,
     heldout_threshold: float = HELDOUT_THRESHOLD,
     extra_check: ExtraCheck | None = None,
+    environment: EnvironmentFilter = NO_ENVIRONMENT,
 ) -> list[Screened]:
     """Each variant with the first filter that rejects it (None: accepted), in the order of `FILTERS`."""
     train_prints = {task_fingerprint(task): task.id for task in train}
@@ -488,7 +585,7 @@ def screen(
     screened = []
     for variant in variants:
         rejection = _lost_values(variant) or _first_rejection(
-            variant.task, verifier, train_prints, held, heldout_threshold, extra_check
+            variant.task, verifier, train_prints, held, heldout_threshold, extra_check, environment
         )
         if rejection is None:
             text = shingles(_similarity_text(variant.task))
@@ -516,6 +613,7 @@ def _first_rejection(
     held: _Seen,
     threshold: float,
     extra_check: ExtraCheck | None,
+    environment: EnvironmentFilter,
 ) -> Rejection | None:
     problems = [problem for call in reference_calls(task) for problem in call_problems(call, task.tool_schemas)]
     problems += extra_check(task) if extra_check is not None else []
@@ -524,6 +622,8 @@ def _first_rejection(
     verdict = verifier.verify([task], [reference_answer(task)])[0]
     if not verdict.passed:
         return Rejection("verifier", f"the expected call fails the {verifier.name} verifier: {verdict.reason}")
+    if (played := environment_rejection(task, environment)) is not None:
+        return played
     if (twin := train_prints.get(task_fingerprint(task))) is not None:
         return Rejection("train_duplicate", f"the same task as train task {twin}")
     score, twin_id = held.closest(shingles(_request(task)))
@@ -532,9 +632,10 @@ def _first_rejection(
     return None
 
 
-def counts(screened: Sequence[Screened]) -> dict[str, Any]:
-    """The batch report: generated, rejected by each filter (every filter named, zero included), accepted."""
-    rejected = {name: 0 for name in FILTERS}
+def counts(screened: Sequence[Screened], environment: EnvironmentFilter = NO_ENVIRONMENT) -> dict[str, Any]:
+    """The batch report: generated, rejected by each filter (every filter that applied named, zero included),
+    accepted, and the environment filter's `report` (the environment filter counts only where it applied)."""
+    rejected = {name: 0 for name in FILTERS if name != "environment" or environment.applies}
     for item in screened:
         if item.rejection is not None:
             rejected[item.rejection.filter] = rejected.get(item.rejection.filter, 0) + 1
@@ -542,4 +643,4 @@ def counts(screened: Sequence[Screened]) -> dict[str, Any]:
     for item in screened:
         by_method[item.variant.method] += item.accepted
     return {"generated": len(screened), "rejected": rejected, "accepted": sum(item.accepted for item in screened),
-            "accepted_by_method": dict(sorted(by_method.items()))}  # fmt: skip
+            "accepted_by_method": dict(sorted(by_method.items())), "environment": environment.report()}  # fmt: skip

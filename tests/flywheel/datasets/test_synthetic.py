@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
 
 from flywheel.core.roles import Role
-from flywheel.core.services import agent_create
+from flywheel.core.services import agent_create, agent_update
 from flywheel.datasets.models import BatchState, RegressionTask, SourceKind, Split, SyntheticBatch
 from flywheel.datasets.services import (
     REJECTED_AT_ACCEPT,
+    TEAM_ENVIRONMENT_SKIPPED,
     BatchRefused,
     BatchSettings,
     TaskOrigin,
@@ -24,6 +26,7 @@ from flywheel.datasets.services import (
 )
 from trainer.contracts import ExpectedCall, Task
 from trainer.spec.synthetic import FILTERS
+from trainer.spec.workbench import tools_by_domain
 
 FACTORIAL = {"type": "function", "function": {"name": "math.factorial", "description": "Factorial of a number.",
              "parameters": {"type": "object", "properties": {"number": {"type": "integer"}},
@@ -298,3 +301,97 @@ def test_the_sweeper_resends_a_queued_batch_whose_message_was_lost_and_nothing_e
     lost.refresh_from_db()
     assert lost.dispatched_at is not None and done.pk not in synthetic_batches_sweep(grace=timedelta(0))
     assert synthetic_batches_sweep(grace=timedelta(0)) == []  # sent: not again until the resend delay
+
+
+# --- the environment filter: variants played in the agent's environment -------------------
+
+WORKPLACE_TOOLS = Path(__file__).resolve().parents[4] / "shared" / "external" / "nemo_gym" / "workplace_assistant"
+
+
+def delete_event(event_id: str) -> Task:
+    tools = tools_by_domain(WORKPLACE_TOOLS / "example.jsonl")["calendar"]
+    return Task(id=f"delete-{event_id}", messages=[{"role": "user", "content": f"Delete event {event_id} please."}],
+                tools=tools, expected_calls=[ExpectedCall.exact("calendar_delete_event", {"event_id": event_id})])
+
+
+@pytest.fixture
+def workplace_agent(db):
+    agent = agent_create(actor=None, name="office", environment="workbench")
+    for event_id in ("00000013", "99999999"):  # a row of WorkBench's calendar, and none
+        task_create(actor=None, task=delete_event(event_id), split=Split.TRAIN, agent=agent, origin=MANUAL)
+    return agent
+
+
+def test_variants_are_played_in_the_agents_workbench_and_those_that_fail_there_rejected(workplace_agent):
+    batch = generated(workplace_agent, methods=("paraphrase",))
+    assert batch.state == BatchState.READY, batch.error
+    assert batch.environment == "workbench" and batch.report["environment"]["applied"] is True
+    failing = batch.candidates.filter(seed_task__external_id="delete-99999999")
+    assert failing.exists() and set(failing.values_list("rejected_by", flat=True)) == {"environment"}
+    assert failing.first().reason == "call 1, calendar_delete_event, fails in workbench: Event not found."
+    working = batch.candidates.filter(seed_task__external_id="delete-00000013")
+    assert working.filter(rejected_by="").exists() and not working.filter(rejected_by="environment").exists()
+    assert batch.report["rejected"]["environment"] == failing.count()
+
+
+def test_the_batch_page_shows_the_environment_and_whether_its_filter_applied(client, make_user, workplace_agent):
+    batch = generated(workplace_agent, methods=("paraphrase",))
+    client.force_login(make_user(Role.REVIEWER, agents=[workplace_agent]))
+    page = client.get(reverse("datasets:synthetic_detail", args=[batch.pk])).content.decode()
+    assert "<dd id=\"batch-environment\">workbench · environment filter applied: each variant&#x27;s expected " \
+           "calls were played in workbench</dd>" in page  # fmt: skip
+    assert "Rejected by environment" in page and "Event not found." in page
+
+
+def test_an_environment_that_cannot_judge_variants_is_reported_not_applied(client, make_user, workplace_agent):
+    agent_update(actor=None, agent=workplace_agent, description="", tools=[], environment="replay")
+    batch = generated(workplace_agent, methods=("paraphrase",))
+    assert batch.environment == "replay" and batch.report["environment"]["applied"] is False
+    assert "environment" not in batch.report["rejected"]
+    assert not batch.candidates.filter(rejected_by="environment").exists()
+    client.force_login(make_user(Role.REVIEWER, agents=[workplace_agent]))
+    page = client.get(reverse("datasets:synthetic_detail", args=[batch.pk])).content.decode()
+    assert "environment filter not applied: replay cannot judge variants: replay answers only" in page
+    assert "Rejected by environment" not in page
+
+
+def test_a_teams_environment_is_not_run_in_the_apps_workers(settings, workplace_agent):
+    orders = "trainer.examples.orders:environment"
+    settings.TRAINER_ENVIRONMENTS = [orders]
+    agent_update(actor=None, agent=workplace_agent, description="", tools=[], environment=orders)
+    batch = generated(workplace_agent, methods=("paraphrase",))
+    assert batch.report["environment"] == {"name": orders, "applied": False,
+                                           "skipped": f"{orders}: {TEAM_ENVIRONMENT_SKIPPED}"}  # fmt: skip
+
+
+def test_a_missing_sandbox_fails_the_batch_with_the_reason(monkeypatch, workplace_agent, tmp_path):
+    monkeypatch.setenv("FLYWHEEL_WORKBENCH_DIR", str(tmp_path / "nowhere"))
+    batch = generated(workplace_agent, methods=("paraphrase",))
+    assert batch.state == BatchState.FAILED and "nowhere" in batch.error and not batch.candidates.exists()
+
+
+def test_a_synth_jobs_environment_and_its_filters_word_reach_the_batch(agent, tmp_path):
+    from flywheel.training.signals import job_finished
+
+    job = synth_job(agent, tmp_path, [model_line("Work out 5 factorial for me."),
+                                      model_line("Work out five factorial: 5.", "environment")])  # fmt: skip
+    played = {"name": "workbench", "applied": True, "skipped": ""}
+    job.hyperparameters, job.result = {"environment": "workbench"}, {**job.result, "metrics": {"environment": played}}
+    job.save()
+    job_finished.send(sender=None, job=job)
+    batch = SyntheticBatch.objects.get(job_id=job.pk)
+    assert batch.environment == "workbench" and batch.report["environment"] == played
+    assert batch.report["rejected"]["environment"] == 1 and batch.report["accepted"] == 1
+
+
+def test_a_synth_job_takes_the_agents_environment_unless_the_launch_names_one(workplace_agent, make_user):
+    from flywheel.datasets.services import snapshot_create
+    from flywheel.training.services import job_launch
+
+    trainer = make_user(Role.TRAINER, agents=[workplace_agent])
+    train = snapshot_create(actor=None, name="office train", split=Split.TRAIN, agent=workplace_agent)
+    job = job_launch(actor=trainer, kind="synth", snapshot=train, base_model="tiny", agent=workplace_agent)
+    assert job.hyperparameters["environment"] == "workbench"
+    named = job_launch(actor=trainer, kind="synth", snapshot=train, base_model="tiny", agent=workplace_agent,
+                       hyperparameters={"environment": None})  # fmt: skip
+    assert named.hyperparameters["environment"] is None

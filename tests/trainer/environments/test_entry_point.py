@@ -23,6 +23,13 @@ def team_module(tmp_path, monkeypatch):
         def good(policy):
             return OrderDesk(policy)
 
+        class Recorded(OrderDesk):
+            def cannot_judge_variants(self):
+                return "it answers from a recording"
+
+        def recorded(policy):
+            return Recorded(policy)
+
         def raises(policy):
             raise ConnectionError("the sandbox host is down")
 
@@ -44,6 +51,11 @@ def test_an_entry_point_builds_the_teams_environment_with_the_agents_policy(team
     assert isinstance(environment.inner, OrderDesk) and environment.inner.policy == policy
     assert environment.label == "orders" and isinstance(environment.spawn().inner, OrderDesk)
     assert isinstance(make_environment("trainer.examples.orders:environment").inner, OrderDesk)
+
+
+def test_a_teams_environment_says_for_itself_whether_it_can_judge_synthetic_variants(team_module):
+    assert make_environment(f"{team_module}:good").cannot_judge_variants() == ""
+    assert make_environment(f"{team_module}:recorded").cannot_judge_variants() == "it answers from a recording"
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from trainer.contracts import OMITTABLE, EpisodeSetup, ExpectedCall, Task
+from trainer.contracts import OMITTABLE, EpisodeSetup, ExpectedCall, Task, ToolCall
+from trainer.environments import Judgement, StepResult, make_environment
+from trainer.environments.base import Environment
+from trainer.environments.workbench import WorkbenchEnvironment, load_data
 from trainer.spec.synthetic import (
     FILTERS,
+    NO_ENVIRONMENT,
+    EnvironmentFilter,
     Options,
     Variant,
     counts,
@@ -17,7 +24,11 @@ from trainer.spec.synthetic import (
     shingles,
     similarity,
 )
+from trainer.spec.workbench import tools_by_domain
 from trainer.verifiers import get_verifier
+from trainer.verifiers.safety import RecipientRule, SafetyPolicy
+
+EXTERNAL = Path(__file__).resolve().parents[4] / "shared" / "external"
 
 FACTORIAL = {"type": "function", "function": {"name": "math.factorial", "description": "Factorial of a number.",
              "parameters": {"type": "object", "properties": {"number": {"type": "integer", "minimum": 0,
@@ -99,6 +110,32 @@ def test_an_omittable_argument_is_asked_for_explicitly():
     [area] = of(generate(seeds(), Options(methods=("optional",))), "optional", "area")
     assert request(area).endswith(" Use units = units.")
     assert area.task.expected_calls[0].arguments["units"] == ["units"]
+
+
+ROUND = {"type": "function", "function": {"name": "math.round", "description": "Round a number.",
+         "parameters": {"type": "object", "properties": {"value": {"type": "number"},
+                                                         "digits": {"type": "integer", "default": 2}},
+                        "required": ["value"]}}}  # fmt: skip
+
+
+def test_an_optional_argument_the_seed_accepts_omitted_is_left_out_and_still_passes_the_verifier():
+    rounded = task("round", "Round 3.14159 to 2 digits.", ROUND, {"value": [3.14159], "digits": [2]})
+    other_digits = task("round3", "Round 2.71828 to 3 digits.", ROUND, {"value": [2.71828], "digits": [3]})
+    circle = task("circle", "Circumference of a circle of radius 4.", CIRCUMFERENCE, {"radius": [4]})
+    strict = {"type": "function", "function": {**ROUND["function"], "name": "math.round_strict", "parameters": {
+        **ROUND["function"]["parameters"], "required": ["value", "digits"]}}}  # fmt: skip
+    required = task("strict", "Round 1.41421 to 2 digits.", strict, {"value": [1.41421], "digits": [2, OMITTABLE]})
+    variants = generate([*seeds(), rounded, other_digits, circle, required], Options(methods=("omit",)))
+    # "" among the accepted values (BFCL's mark) or the schema's default; never a required argument, never a
+    # default that is not the seed's value, never an optional argument that may not be left out.
+    assert {(v.seed_id, v.change) for v in variants} == {
+        ("area", "geometry.area_circle.units: units → omitted"), ("round", "math.round.digits: 2 → omitted")}
+    for variant in variants:
+        assert "radius" in reference_answer(variant.task)["tool_calls"][0]["arguments"] or variant.seed_id == "round"
+        assert set(reference_answer(variant.task)["tool_calls"][0]["arguments"]) & {"units", "digits"} == set()
+        for verifier in (VERIFIER, get_verifier("bfcl")):
+            [item] = screen([variant], verifier=verifier)
+            assert item.accepted, (verifier.name, item.rejection)
 
 
 def test_distractors_are_the_most_similar_catalogue_tools_and_leave_the_call_alone():
@@ -215,11 +252,105 @@ def test_the_reference_answer_of_every_generated_variant_passes_unless_a_filter_
     assert all(verdict.passed for verdict in verdicts)
 
 
-def test_counts_name_every_filter_and_add_up():
+def test_counts_name_every_filter_that_applied_and_add_up():
     heldout = [task("held", "Calculate the factorial of 7 using math functions!", FACTORIAL, {"number": [7]})]
     items = screen(generate(seeds(), Options()), verifier=VERIFIER, train=seeds(), heldout=heldout)
     report = counts(items)
-    assert set(report["rejected"]) == set(FILTERS)
+    assert set(report["rejected"]) == set(FILTERS) - {"environment"}
+    assert report["environment"] == {"name": "", "applied": False, "skipped": "no environment is named"}
     assert report["generated"] == len(items) == report["accepted"] + sum(report["rejected"].values())
     assert report["rejected"]["heldout_near_duplicate"] >= 1
     assert report["accepted"] == sum(report["accepted_by_method"].values())
+
+
+# --- the environment filter ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workbench() -> WorkbenchEnvironment:
+    return WorkbenchEnvironment(load_data(EXTERNAL / "workbench"))
+
+
+def workplace(id_: str, request: str, *calls: ExpectedCall) -> Task:
+    tools = tools_by_domain(EXTERNAL / "nemo_gym" / "workplace_assistant" / "example.jsonl")
+    return Task(id=id_, messages=[{"role": "user", "content": request}], tools=[*tools["calendar"], *tools["email"]],
+                expected_calls=list(calls))  # fmt: skip
+
+
+DELETE_EVENT = "calendar_delete_event"
+EVENT = "00000013"  # the first row of WorkBench's calendar_events.csv
+
+
+def test_workbench_variants_whose_calls_fail_in_the_sandbox_are_rejected_with_the_reason(workbench):
+    playing = EnvironmentFilter.of("workbench", workbench)
+    assert playing.applies and workbench.cannot_judge_variants() == ""
+    works = workplace("works", f"Delete event {EVENT}.", ExpectedCall.exact(DELETE_EVENT, {"event_id": EVENT}))
+    missing = workplace("missing", "Delete event 99999999.", ExpectedCall.exact(DELETE_EVENT, {"event_id": "99999999"}))
+    bad_date = workplace("bad-date", "Book a sync on the 31st of November.", ExpectedCall.exact(
+        "calendar_create_event", {"event_name": "sync", "participant_email": "luis.ortiz@atlas.com",
+                                  "event_start": "2023-11-31 10:00:00", "duration": "30"}))  # fmt: skip
+    items = screen([variant(works), variant(missing), variant(bad_date)], verifier=VERIFIER, environment=playing)
+    assert rejections(items) == [None, "environment", "environment"]
+    assert items[1].rejection.reason == f"call 1, {DELETE_EVENT}, fails in workbench: Event not found."
+    assert items[2].rejection.reason == ("call 1, calendar_create_event, fails in workbench: Invalid event_start "
+                                         "format. Expected YYYY-MM-DD HH:MM:SS.")  # fmt: skip
+    report = counts(items, playing)
+    assert report["rejected"]["environment"] == 2 and report["accepted"] == 1
+    assert report["environment"] == {"name": "workbench", "applied": True, "skipped": ""}
+    # Without the environment the same variants pass: only playing them finds the missing row.
+    assert rejections(screen([variant(missing), variant(bad_date)], verifier=VERIFIER)) == [None, None]
+
+
+def test_a_call_unsafe_under_the_environments_policy_is_rejected_by_the_environment_filter():
+    outside = SafetyPolicy(recipient_rules=[RecipientRule("internal-mail", ["email_send_email"], ["recipient"],
+                                                          ["atlas.com"])])  # fmt: skip
+    sandbox = WorkbenchEnvironment(load_data(EXTERNAL / "workbench"), policy=outside)
+    send = workplace("send", "Mail eve@evil.example saying hi.", ExpectedCall.exact(
+        "email_send_email", {"recipient": "eve@evil.example", "subject": "hi", "body": "hi"}))  # fmt: skip
+    [item] = screen([variant(send)], verifier=VERIFIER, environment=EnvironmentFilter.of("workbench", sandbox))
+    assert item.rejection.filter == "environment" and item.rejection.reason.startswith("unsafe under the safety")
+    assert "internal-mail" in item.rejection.reason
+
+
+class EndStateUnreached(Environment):
+    """Runs every call cleanly, and judges the episode failed: a team environment whose end state is not reached."""
+
+    name = "unreached"
+
+    def reset(self, task: Task) -> None:
+        self.task = task
+
+    def step(self, call: ToolCall) -> StepResult:
+        return StepResult(observation="ok", done=False)
+
+    def judge(self) -> Judgement:
+        return Judgement.of_execution(self.task.id, succeeded=False, unsafe=[], reason="order 7 is still open",
+                                      turns=1)  # fmt: skip
+
+
+class Broken(EndStateUnreached):
+    def step(self, call: ToolCall) -> StepResult:
+        raise TimeoutError("environment step timed out after 30 s")
+
+
+def test_an_end_state_not_reached_or_a_broken_environment_rejects_the_variant_alone():
+    fact = variant(task("fact", "Factorial of 5.", FACTORIAL, {"number": [5]}))
+    [unreached] = screen([fact], verifier=VERIFIER, environment=EnvironmentFilter.of("shop", EndStateUnreached()))
+    assert unreached.rejection.reason == "the expected calls do not pass in shop: order 7 is still open"
+    [broken] = screen([fact], verifier=VERIFIER, environment=EnvironmentFilter.of("shop", Broken()))
+    assert broken.rejection.reason == "shop failed: TimeoutError: environment step timed out after 30 s"
+
+
+@pytest.mark.parametrize("name", ["single_step", "replay"])
+def test_an_environment_that_cannot_judge_variants_says_so_and_the_report_says_the_filter_did_not_apply(name):
+    environment = make_environment(name)
+    playing = EnvironmentFilter.of(name, environment)
+    assert not playing.applies and playing.skipped.startswith(f"{name} cannot judge variants: ")
+    assert environment.cannot_judge_variants() in playing.skipped
+    missing = variant(workplace("missing", "Delete event 99999999.",
+                                ExpectedCall.exact(DELETE_EVENT, {"event_id": "99999999"})))  # fmt: skip
+    items = screen([missing], verifier=VERIFIER, environment=playing)
+    report = counts(items, playing)
+    assert rejections(items) == [None] and "environment" not in report["rejected"]
+    assert report["environment"] == {"name": name, "applied": False, "skipped": playing.skipped}
+    assert NO_ENVIRONMENT.report()["applied"] is False
