@@ -16,6 +16,7 @@ from flywheel.core.models import Agent
 from flywheel.core.roles import Role
 from flywheel.ingest.models import Trajectory
 from flywheel.rewards import buckets
+from flywheel.rewards import selectors as reward_selectors
 from flywheel.rewards.models import AgentJudge, BucketJudging
 from flywheel.rewards.services import on_job_finished
 from flywheel.training.models import Job, JobKind, JobState
@@ -254,3 +255,13 @@ def test_the_triage_list_filtered_to_an_agent_links_to_it_for_a_viewer_too(shop,
     listed = client.get(reverse("triage:trajectory_list"), {"agent": "shop"}).content.decode()
     assert f'href="{url}" data-judgings-link' in listed and "with the judge" not in listed
     assert "data-judgings-link" not in client.get(reverse("triage:trajectory_list")).content.decode()
+
+
+def test_the_listing_is_bounded_newest_first_and_empty_for_a_viewer_of_other_agents(shop, make_user):
+    agent = Agent.objects.get(name="shop")
+    trainer = make_user(Role.TRAINER, agents=[agent])
+    launched = buckets.bucket_judging_launch(actor=trainer, agent=agent)
+    newest = [row.judging for row in reward_selectors.bucket_judging_list(viewer=trainer, agent=agent, limit=2)]
+    assert newest == launched[:0:-1]
+    outsider = make_user(Role.TRAINER, agents=[Agent.objects.create(name="other")])
+    assert reward_selectors.bucket_judging_list(viewer=outsider, agent=agent) == []
