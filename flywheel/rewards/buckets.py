@@ -126,16 +126,17 @@ def bucket_suggestions_store(*, job: Job) -> int:
         return 0
     still_open = awaiting_review(Trajectory.objects.filter(agent=judging.agent, pk__in=judging.trajectory_ids))
     eligible = {str(pk) for pk in still_open.values_list("pk", flat=True)}
-    rows = []
+    rows, made = [], []
     for line in read_json_lines(job.result["results"]):
         trajectory_id, _, slug = str(line["id"]).rpartition(":")
         if slug != judging.bucket.slug or trajectory_id not in eligible or line["passed"] is not False:
             continue
         reason = suggestion_reason(judging, float(line["score"]), str(line["reason"]))
         rows.append(Suggestion(trajectory_id=trajectory_id, bucket=judging.bucket, rule=LLM_JUDGE, reason=reason))
+        made.append({"trajectory": trajectory_id, "score": float(line["score"]), "reason": str(line["reason"])})
     Suggestion.objects.filter(rule=LLM_JUDGE, bucket=judging.bucket,
                               trajectory_id__in=[row.trajectory_id for row in rows]).delete()  # fmt: skip
     Suggestion.objects.bulk_create(rows)
-    judging.suggested, judging.stored_at = len(rows), timezone.now()
-    judging.save(update_fields=["suggested", "stored_at"])
+    judging.suggested, judging.suggestions, judging.stored_at = len(rows), made, timezone.now()
+    judging.save(update_fields=["suggested", "suggestions", "stored_at"])
     return len(rows)

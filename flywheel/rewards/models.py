@@ -233,7 +233,8 @@ class BucketJudging(models.Model):
 
     One per bucket the rules cannot see (wrong tool, bad planning, retrieval failure), each with that
     bucket's rubric (`flywheel.rewards.buckets`). The job's items are named `<trajectory id>:<bucket
-    slug>`; when it succeeds its verdicts become `llm_judge` suggestions, once (`stored_at`).
+    slug>`; when it succeeds its verdicts become `llm_judge` suggestions, once (`stored_at`), and the
+    judging keeps a copy of what it suggested (`suggestions`).
     """
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="bucket_judgings")
@@ -244,6 +245,9 @@ class BucketJudging(models.Model):
     adapter = models.CharField(max_length=500, blank=True)
     rubric = models.JSONField()
     suggested = models.PositiveIntegerField(default=0, help_text="Suggestions stored from the job's verdicts.")
+    # What it suggested, as stored: [{"trajectory", "score", "reason"}]. Kept here because a later judging
+    # of the same bucket replaces these Suggestion rows, and a reviewer's review ends them.
+    suggestions = models.JSONField(default=list, blank=True)
     stored_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -7,7 +7,8 @@ two runs of the same root by the output they share and shows what changed and wh
 
 The LLM judge's report (`judge_report`) sets its judgements of a run's outputs against the
 reviewers' labels (a mark that agrees keeps the score's pass/fail, one that disagrees flips it);
-`judge_approval` says whether an agent's judge may be a training reward.
+`judge_approval` says whether an agent's judge may be a training reward. `bucket_judging_list`
+gives an agent's bucket judgings (the judge as a bucket suggester) with what each one suggested.
 
 Runs are read through `run_visible`: those whose snapshot's agent the viewer may see (runs on a
 snapshot of no agent: all-agents users only); the per-run reads take a run read that way.
@@ -26,7 +27,17 @@ from django.db.models import Avg, Case, Count, IntegerField, Prefetch, Q, QueryS
 
 from flywheel.core.models import Agent
 from flywheel.core.selectors import agents_filter
-from flywheel.rewards.models import AgentJudge, Judgement, JudgeRun, Mark, MarkVerdict, ProfiledOutput, ProfileRun
+from flywheel.ingest.models import Trajectory
+from flywheel.rewards.models import (
+    AgentJudge,
+    BucketJudging,
+    Judgement,
+    JudgeRun,
+    Mark,
+    MarkVerdict,
+    ProfiledOutput,
+    ProfileRun,
+)
 from flywheel.training.models import JobState
 from flywheel.triage.models import AgentPolicy
 from trainer.verifiers.base import UNPARSEABLE_REASON
@@ -361,3 +372,55 @@ def judge_approval(*, agent: Agent) -> JudgeApproval:
     if result.rate.value < threshold:
         return JudgeApproval(False, f"the judge agrees too little with reviewers: {figures}", threshold, result)
     return JudgeApproval(True, f"approved: {figures}", threshold, result)
+
+
+# --- the judge as a bucket suggester: an agent's bucket judgings and what each suggested ------------------
+
+JUDGINGS_SHOWN = 60  # twenty launches of three buckets; older ones stay on the jobs page
+
+
+@dataclass(frozen=True)
+class MadeSuggestion:
+    """One suggestion a judging stored: the trajectory (its external id where it still exists), score, reason."""
+
+    trajectory_id: str
+    label: str | None  # None: the trajectory is gone
+    score: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class BucketJudgingRow:
+    judging: BucketJudging
+    judged: int | None  # items the job returned a verdict for; None until it succeeded
+    unreadable: int | None  # replies with no readable score, of those
+    suggestions: list[MadeSuggestion]
+
+    @property
+    def asked(self) -> int:
+        return len(self.judging.trajectory_ids)
+
+
+def _judging_row(judging: BucketJudging, labels: dict[str, str]) -> BucketJudgingRow:
+    metrics = judging.job.result.get("metrics", {}) if judging.job.state == JobState.SUCCEEDED else {}
+    made = [MadeSuggestion(row["trajectory"], labels.get(row["trajectory"]), row["score"], row["reason"])
+            for row in judging.suggestions]  # fmt: skip
+    return BucketJudgingRow(judging, metrics.get("items"), metrics.get("unreadable"), made)
+
+
+def bucket_judging_list(*, viewer: User, agent: Agent, limit: int = JUDGINGS_SHOWN) -> list[BucketJudgingRow]:
+    """The agent's newest bucket judgings, at most `limit`, newest first; none of an agent `viewer` may not see.
+
+    Two queries whatever the count: the judgings with their job, bucket and launcher, and the
+    external ids of the trajectories they suggested buckets for.
+    """
+    judgings = list(
+        BucketJudging.objects.filter(agents_filter(viewer), agent=agent)
+        .select_related("job", "bucket", "created_by")
+        .defer("job__cases", "job__log_tail", "job__hyperparameters")
+        .order_by("-created_at", "-pk")[:limit]
+    )
+    ids = {row["trajectory"] for judging in judgings for row in judging.suggestions}
+    found = Trajectory.objects.filter(agent=agent, pk__in=ids).values_list("pk", "external_id") if ids else []
+    labels = {str(pk): external_id or str(pk) for pk, external_id in found}
+    return [_judging_row(judging, labels) for judging in judgings]

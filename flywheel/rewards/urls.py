@@ -14,4 +14,5 @@ urlpatterns = [
     path("<uuid:run_id>/judge/", views.run_judge, name="run_judge"),
     path("<uuid:run_id>/judge/launch/", views.run_judge_launch, name="run_judge_launch"),
     path("agents/<slug:agent_name>/judge-buckets/", views.judge_buckets, name="judge_buckets"),
+    path("agents/<slug:agent_name>/judge-buckets/launch/", views.judge_buckets_launch, name="judge_buckets_launch"),
 ]

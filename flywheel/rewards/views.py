@@ -1,4 +1,5 @@
-"""Pages of the rewards app: runs, a new run, a run's profile with marks, re-verify, comparison, the judge.
+"""Pages of the rewards app: runs, a new run, a run's profile with marks, re-verify, comparison, the judge,
+and an agent's bucket judgings (the judge as a bucket suggester).
 
 Viewing needs Perm.VIEW. Creating and re-verifying runs, marking scores and launching the judge
 need Perm.LAUNCH_JOBS: profiling a reward is the trainer's check before a training job, and the
@@ -20,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.charts import figure_html
+from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import agent_get, choices_limit
 from flywheel.core.templatetags.flywheel import pretty_json
@@ -183,13 +185,30 @@ def run_judge_launch(request: AuthedRequest, run_id: UUID) -> HttpResponse:
     return redirect("rewards:run_judge", run_id=run.id)
 
 
-@permission_required(Perm.LAUNCH_JOBS)
-@require_POST
-def judge_buckets(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    """Have the agent's judge suggest wrong tool / bad planning / retrieval failure for its failures awaiting review."""
+def _agent(request: AuthedRequest, agent_name: str) -> Agent:
+    """The agent, if the user may see it; 404 alike for no such agent and another's."""
     agent = agent_get(viewer=request.user, name=agent_name)
     if agent is None:
         raise Http404("no such agent")
+    return agent
+
+
+@permission_required(Perm.VIEW)
+def judge_buckets(request: AuthedRequest, agent_name: str) -> HttpResponse:
+    """The agent's bucket judgings, newest first, each with what it suggested."""
+    agent = _agent(request, agent_name)
+    context = {
+        "agent": agent, "rows": selectors.bucket_judging_list(viewer=request.user, agent=agent),
+        "shown": selectors.JUDGINGS_SHOWN, "can_launch": request.user.has_perm(Perm.LAUNCH_JOBS),
+    }  # fmt: skip
+    return render(request, "rewards/judge_buckets.html", context)
+
+
+@permission_required(Perm.LAUNCH_JOBS)
+@require_POST
+def judge_buckets_launch(request: AuthedRequest, agent_name: str) -> HttpResponse:
+    """Have the agent's judge suggest wrong tool / bad planning / retrieval failure for its failures awaiting review."""
+    agent = _agent(request, agent_name)
     try:
         judgings = buckets.bucket_judging_launch(actor=request.user, agent=agent)
     except buckets.BucketJudgingRefused as error:

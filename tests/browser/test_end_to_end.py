@@ -340,7 +340,7 @@ def test_the_flywheel_from_a_production_failure_to_a_promoted_and_rolled_back_ve
     assert sorted(post_only) == [  # actions, not pages: each answers GET with 405
         "datasets:pair_snapshot_new", "datasets:synthetic_new", "demo:loop_start", "logout", "registry:agent_rollback",
         "registry:gate_launch", "registry:gate_policy_update", "registry:replay_launch", "registry:version_promote",
-        "rewards:judge_buckets", "rewards:output_mark", "rewards:run_judge_launch", "training:job_cancel",
+        "rewards:judge_buckets_launch", "rewards:output_mark", "rewards:run_judge_launch", "training:job_cancel",
         "triage:bulk", "triage:queue_item_remove", "triage:queue_next", "triage:review_interventions",
         "triage:review_save",
     ]  # fmt: skip

@@ -13,6 +13,7 @@ covered in their app's tests (the home page: tests/flywheel/dashboards/test_view
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
@@ -34,6 +35,7 @@ from flywheel.datasets.models import RegressionTask, SnapshotItem, SourceKind, T
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.services import feedback_add
 from flywheel.registry.models import Deployment, DeploymentAction, GateResult, GateStatus, LivePointer, ModelVersion
+from flywheel.rewards.buckets import bucket_judging_launch, bucket_suggestions_store
 from flywheel.training.models import Job, JobKind, JobState, MetricPoint, Sample
 from flywheel.triage.models import Bucket, ReviewState
 from flywheel.triage.selectors import TriageFilters
@@ -57,13 +59,13 @@ class World:
 
 
 @pytest.fixture
-def world(make_user, store, built_in_buckets) -> World:  # noqa: F811
+def world(make_user, store, built_in_buckets, tmp_path) -> World:  # noqa: F811
     store(_record(0, steps=1))  # the agent, made by ingest with its declared catalogue
     agent = Agent.objects.get(name="shop")
     viewer = make_user(Role.REVIEWER, agents=[agent])
     viewer.groups.add(*Group.objects.filter(name__in=[Role.TRAINER.value, Role.APPROVER.value]))
     Trajectory.objects.all().delete()
-    return World(agent, viewer, store)
+    return World(agent, viewer, store, objects={"tmp": tmp_path})
 
 
 def _record(number: int, *, steps: int = 2, outcome: str = "failure") -> dict[str, Any]:
@@ -334,6 +336,26 @@ def _grow_gates(world: World, count: int) -> None:
         )
 
 
+def _grow_judgings(world: World, count: int) -> None:
+    """`count` more bucket judgings of the agent (a launch makes three), each wrong-tool one finished by a
+    worker's results file that fails every item: a suggestion per trajectory awaiting review."""
+    if not world.trajectories:
+        add_trajectories(world, FEW)
+    judgings = world.objects.setdefault("judgings", [])
+    while len(judgings) < world.added + count:
+        launched = bucket_judging_launch(actor=world.viewer, agent=world.agent)
+        job = launched[0].job
+        results = world.objects["tmp"] / f"judgements-{job.pk}.jsonl"
+        results.write_text("".join(json.dumps({"id": case["id"], "score": 0.1, "passed": False, "reason": "no",
+                                               "raw": "Score: 1"}) + "\n" for case in job.cases))  # fmt: skip
+        Job.objects.filter(pk=job.pk).update(state=JobState.SUCCEEDED, result={
+            "results": str(results), "metrics": {"items": len(job.cases), "unreadable": 0}})  # fmt: skip
+        job.refresh_from_db()
+        bucket_suggestions_store(job=job)
+        judgings += launched
+    world.added += count
+
+
 def _grow_audit(world: World, count: int) -> None:
     for number in range(world.added, world.added + count):
         audit_record(actor=world.viewer, action="load.test", target=world.agent, data={"number": number})
@@ -432,6 +454,12 @@ CASES = [
     ),
     Case("agent list", _list("core:agent_list"), _grow_agents, lambda world: f"agent-{world.added - 1}"),
     Case("agent detail", _page("core:agent_detail", name=lambda world: "shop"), add_trajectories, lambda world: "shop"),
+    Case(
+        "bucket judgings",
+        _page("rewards:judge_buckets", agent_name=lambda world: "shop"),
+        _grow_judgings,
+        lambda world: str(world.objects["judgings"][-1].job),
+    ),
     Case("audit log", _list("core:audit_list"), _grow_audit, lambda world: "load.test"),
     Case("API tokens", _list("core:token_list"), _grow_tokens, lambda world: f"token {world.added - 1}"),
 ]

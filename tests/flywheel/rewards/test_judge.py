@@ -235,6 +235,8 @@ def test_the_judge_page_shows_the_agreement_the_disagreements_and_not_enough_lab
     assert "data-not-enough" in page and "Not enough labels: 10 labelled outputs judged, 50 are needed" in page
     assert "70%" in page and "7/10" in page and page.count('id="judged-') == 3
     assert 'data-approval="refused"' in page and "Judge the" not in page  # a viewer cannot launch
+    judgings = reverse("rewards:judge_buckets", kwargs={"agent_name": judged_run.snapshot.agent.name})
+    assert f'href="{judgings}" data-judgings-link' in page
 
 
 def test_launching_from_the_page_queues_a_judge_job_and_a_refusal_is_shown(client, judged_run, make_user):
