@@ -84,11 +84,12 @@ def test_a_word_search_for_a_phrase_wants_its_words_next_to_each_other_in_order(
 
 
 def test_a_quoted_text_or_one_with_punctuation_is_searched_as_a_substring(viewer):
-    texts = {0: "refunded already", 1: "ticket AB-1234 held", 2: "see /var/log/app.log", 3: "refund"}
+    texts = {0: "refunded already", 1: "ticket AB-1234 held", 2: "see /var/log/app.log", 3: "refund", 4: "a__b"}
     store([native(f"t{n}", final_result=text) for n, text in texts.items()])
     assert _pages(viewer, '"refun"', 10) == [["t3", "t0"]]
     assert _pages(viewer, "b-12", 10) == [["t1"]]
     assert _pages(viewer, "log/app.", 10) == [["t2"]]
+    assert _pages(viewer, "__", 10) == [["t4"]]  # underscores alone are no word
     assert _pages(viewer, "refun", 10) == [[]]  # a fragment without quotes is a word that is stored nowhere
 
 
