@@ -70,7 +70,14 @@ def test_a_text_search_with_nothing_stored_is_an_empty_page(viewer):
 @pytest.mark.parametrize("probe_rows", [2, 500])
 def test_a_word_search_finds_whole_words_on_every_page_in_keyset_order(viewer, monkeypatch, probe_rows):
     monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", probe_rows)
-    texts = {1: "Refund issued", 3: "refunded already", 4: "no REFUND.", 6: "call get_refund", 8: "refund", 9: "prefund"}
+    texts = {
+        1: "Refund issued",
+        3: "refunded already",
+        4: "no REFUND.",
+        6: "call get_refund",
+        8: "refund",
+        9: "prefund",
+    }
     store([native(f"t{n:02d}", final_result=texts.get(n, "done")) for n in range(11)])
     # Whole words only: "refunded" and "prefund" hold the letters, not the word; the underscore splits words.
     assert _pages(viewer, "refund", 2) == [["t08", "t06"], ["t04", "t01"]]
@@ -121,5 +128,21 @@ def test_on_sqlite_every_search_is_a_substring_search(tmp_path):
                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == {
-        "refun": ["t1", "t0"], "refund issued": ["t1"], '"refun"': ["t1", "t0"], "a & b": ["t2"]
+        "refun": ["t1", "t0"],
+        "refund issued": ["t1"],
+        '"refun"': ["t1", "t0"],
+        "a & b": ["t2"],
     }
+
+
+def test_a_queue_by_text_holds_the_rows_the_list_finds(make_user):
+    from flywheel.triage.selectors import TriageFilters, queue_members, queue_waiting_members
+    from flywheel.triage.services import queue_create
+
+    admin = make_user(Role.ADMIN)
+    texts = {0: "Refund issued", 1: "refunded already", 2: "no refund."}
+    store([native(f"t{n}", final_result=text) for n, text in texts.items()])
+    queue = queue_create(actor=admin, name="refunds", filters=TriageFilters(base=TrajectoryFilters(text="refund")))
+    assert sorted(queue_members(queue, viewer=admin).values_list("external_id", flat=True)) == ["t0", "t2"]
+    waiting = queue_waiting_members(queue, viewer=admin)  # the filter as a subquery of another trajectory query
+    assert sorted((m.trajectory.external_id, m.by_filter) for m in waiting) == [("t0", True), ("t2", True)]
