@@ -1,12 +1,14 @@
 """Where each page's time goes on a generated database: its queries, their time, the slowest one's plan.
 
     python -m bench.load.explain postgres://postgres:postgres@127.0.0.1:5432/flywheel_load [--plans]
+        [--text WORD ...] [--repeat 3]
 
 Renders the load test's pages in-process (Django's test client, signed in as a load reviewer, a
 member of every agent like most users) against a database `generate.py` filled, and prints per
 page: the queries it ran, their total time, the wall time of the whole render, and with `--plans`
-the slowest query's EXPLAIN (ANALYZE, BUFFERS). Quieter than the locust run on a busy machine:
-no HTTP, no concurrency, the same SQL.
+the slowest query's EXPLAIN (ANALYZE, BUFFERS). `--text` adds the trajectory and triage lists
+searched for that text; `--repeat` renders each page that many times and prints the median.
+Quieter than the locust run on a busy machine: no HTTP, no concurrency, the same SQL.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import os
 import time
 from datetime import date, timedelta
 from pathlib import Path
+from statistics import median
+from urllib.parse import urlencode
 
 from bench.load.generate import ROOT, django_setup
 
 
-def pages(credentials: dict) -> list[tuple[str, str]]:
+def pages(credentials: dict, texts: list[str]) -> list[tuple[str, str]]:
     today = date.today()
     tool = "get_reservation_details"
     queue = credentials["queues"]["airline failures"]
@@ -49,6 +53,8 @@ def pages(credentials: dict) -> list[tuple[str, str]]:
     return [
         *[(f"trajectory list: {name}", f"/trajectories/?{query}") for name, query in listed],
         *[(f"triage list: {name}", f"/triage/trajectories/?{query}") for name, query in triage],
+        *[(f"trajectory list: q={text}", f"/trajectories/?{urlencode({'q': text})}") for text in texts],
+        *[(f"triage list: q={text}", f"/triage/trajectories/?{urlencode({'q': text})}") for text in texts],
         ("trace viewer (long)", f"/trajectories/{credentials['long_trajectories'][0]}/"),
         ("review page (in a queue)", f"/triage/review/{credentials['long_trajectories'][1]}/?queue={queue}"),
         ("queue list", "/triage/"),
@@ -69,6 +75,8 @@ def main() -> None:
     parser.add_argument("--credentials", type=Path, default=ROOT / "var" / "load" / "credentials.json")
     parser.add_argument("--plans", action="store_true", help="EXPLAIN ANALYZE each page's slowest query")
     parser.add_argument("--only", default="", help="pages whose name contains this")
+    parser.add_argument("--text", action="append", default=[], help="also the lists searched for this text")
+    parser.add_argument("--repeat", type=int, default=1, help="renders per page; the median is printed")
     args = parser.parse_args()
     os.environ.setdefault("DEBUG", "false")
     django_setup(args.url)
@@ -80,15 +88,18 @@ def main() -> None:
     credentials = json.loads(args.credentials.read_text())
     client = Client(HTTP_HOST="127.0.0.1")  # a host the default ALLOWED_HOSTS admits (not "testserver")
     client.force_login(User.objects.get(username=credentials["reviewers"][0]))
-    for name, path in pages(credentials):
+    for name, path in pages(credentials, args.text):
         if args.only not in name:
             continue
-        started = time.perf_counter()
-        with CaptureQueriesContext(connection) as queries:
-            status = client.get(path).status_code
-        wall = 1000 * (time.perf_counter() - started)
-        timed = sorted(queries.captured_queries, key=lambda query: float(query["time"]), reverse=True)
-        sql_ms = 1000 * sum(float(query["time"]) for query in timed)
+        renders = []
+        for _ in range(args.repeat):
+            started = time.perf_counter()
+            with CaptureQueriesContext(connection) as queries:
+                status = client.get(path).status_code
+            renders.append((1000 * (time.perf_counter() - started), list(queries.captured_queries)))
+        wall = median(render[0] for render in renders)
+        timed = sorted(renders[-1][1], key=lambda query: float(query["time"]), reverse=True)
+        sql_ms = median(1000 * sum(float(query["time"]) for query in render[1]) for render in renders)
         print(
             f"{name:<34} {status} {len(timed):>3} queries {sql_ms:>8.1f} ms SQL {wall:>8.1f} ms wall"
             f"  slowest {1000 * float(timed[0]['time']) if timed else 0:.1f} ms"

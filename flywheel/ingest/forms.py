@@ -69,7 +69,11 @@ class TrajectoryFilterForm(forms.Form):
     )
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    q = forms.CharField(required=False, max_length=200, label="Text")
+    # The search rule is `selectors.text_match`'s.
+    q = forms.CharField(
+        required=False, max_length=200, label="Text",
+        widget=forms.TextInput(attrs={"title": 'Whole words; "in quotes" or with punctuation: any part of the text'}),
+    )  # fmt: skip
     feedback = forms.ChoiceField(
         required=False, label="Feedback",
         choices=[("", "—"), ("down", "thumbs down"), ("up", "thumbs up"), (FEEDBACK_ANY, "any")],

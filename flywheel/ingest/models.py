@@ -105,7 +105,8 @@ class Trajectory(UUIDModel):
     metadata = models.JSONField(default=dict, blank=True)
     step_count = models.IntegerField(default=0)
     has_error = models.BooleanField(default=False)
-    # Step texts joined (capped) for search; PostgreSQL indexes it with pg_trgm.
+    # Step texts joined (capped) for search; PostgreSQL indexes it with pg_trgm, and its words through
+    # `search_vector`, a generated tsvector column that is no model field (migration 0009).
     search_text = models.TextField(blank=True)
     ingested_at = models.DateTimeField()
 

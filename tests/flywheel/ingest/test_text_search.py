@@ -1,12 +1,20 @@
-"""Text search pages: the newest rows are searched first, the trigram index after; both give the same page."""
+"""Text search pages: words through the tsvector column, substrings through the trigram index; the newest
+rows are searched first, the index after, and both give the same page."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from flywheel.core.roles import Role
+from flywheel.core.services import agent_create
 from flywheel.ingest import selectors
 from flywheel.ingest.selectors import Cursor, TrajectoryFilters, trajectory_page
+from tests.conftest import REPO_ROOT
 from tests.flywheel.ingest.test_views import native, store
 
 pytestmark = pytest.mark.django_db
@@ -26,9 +34,9 @@ def _pages(viewer, text: str, size: int) -> list[list[str]]:
             return pages
 
 
-def _stored(count: int, *, matching) -> None:
-    """`count` trajectories in file order (oldest first), those `matching(n)` says with "refund" in them."""
-    store([native(f"t{n:02d}", final_result="refund issued" if matching(n) else "done") for n in range(count)])
+def _stored(count: int, *, matching, text: str = "refund issued") -> None:
+    """`count` trajectories in file order (oldest first), those `matching(n)` says with `text` in them."""
+    store([native(f"t{n:02d}", final_result=text if matching(n) else "done") for n in range(count)])
 
 
 @pytest.mark.parametrize("probe_rows", [3, 6, 500])
@@ -57,3 +65,84 @@ def test_the_text_search_pages_after_a_cursor_like_the_unfiltered_list(viewer, m
 
 def test_a_text_search_with_nothing_stored_is_an_empty_page(viewer):
     assert _pages(viewer, "refund", 5) == [[]]
+
+
+@pytest.mark.parametrize("probe_rows", [2, 500])
+def test_a_word_search_finds_whole_words_on_every_page_in_keyset_order(viewer, monkeypatch, probe_rows):
+    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", probe_rows)
+    texts = {
+        1: "Refund issued",
+        3: "refunded already",
+        4: "no REFUND.",
+        6: "call get_refund",
+        8: "refund",
+        9: "prefund",
+    }
+    store([native(f"t{n:02d}", final_result=texts.get(n, "done")) for n in range(11)])
+    # Whole words only: "refunded" and "prefund" hold the letters, not the word; the underscore splits words.
+    assert _pages(viewer, "refund", 2) == [["t08", "t06"], ["t04", "t01"]]
+
+
+def test_a_word_search_for_a_phrase_wants_its_words_next_to_each_other_in_order(viewer):
+    texts = {0: "the refund was issued", 1: "Refund issued", 2: "issued refund", 3: "refund,  issued"}
+    store([native(f"t{n}", final_result=text) for n, text in texts.items()])
+    assert _pages(viewer, "refund   ISSUED", 10) == [["t3", "t1"]]
+    assert _pages(viewer, "refund issued now", 10) == [[]]
+
+
+def test_a_quoted_text_or_one_with_punctuation_is_searched_as_a_substring(viewer):
+    texts = {0: "refunded already", 1: "ticket AB-1234 held", 2: "see /var/log/app.log", 3: "refund", 4: "a__b"}
+    store([native(f"t{n}", final_result=text) for n, text in texts.items()])
+    assert _pages(viewer, '"refun"', 10) == [["t3", "t0"]]
+    assert _pages(viewer, "b-12", 10) == [["t1"]]
+    assert _pages(viewer, "log/app.", 10) == [["t2"]]
+    assert _pages(viewer, "__", 10) == [["t4"]]  # underscores alone are no word
+    assert _pages(viewer, "refun", 10) == [[]]  # a fragment without quotes is a word that is stored nowhere
+
+
+HOSTILE = ["a & b", "!refund", "refund:*", "refund <-> issued", "(refund", "'", "\\", '"', '""', "%", "_", "___",
+           "a|b", "::", "refund'); drop table x; --", "ü ß", "日本語"]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_tsquery_syntax_in_the_search_text_never_raises(viewer, text):
+    _stored(3, matching=lambda n: n == 1, text="refund & issued: (a|b) 100% ok")
+    pages = _pages(viewer, text, 2)
+    assert all(row in {"t00", "t01", "t02"} for page in pages for row in page)
+
+
+def test_another_agent_s_rows_are_never_found(make_user):
+    own, other = agent_create(actor=None, name="support-bot"), agent_create(actor=None, name="billing-bot")
+    store([native(f"own{n}", agent=own.name, final_result="refund issued") for n in range(3)]
+          + [native(f"other{n}", agent=other.name, final_result="refund issued") for n in range(3)])  # fmt: skip
+    member = make_user(Role.VIEWER, agents=[own])
+    for text in ("refund", "refund issued", '"efun"', '"d iss"'):
+        assert sorted(sum(_pages(member, text, 2), [])) == ["own0", "own1", "own2"]
+
+
+@pytest.mark.slow
+def test_on_sqlite_every_search_is_a_substring_search(tmp_path):
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "MEDIA_ROOT": str(tmp_path / "media"),
+           "DJANGO_SETTINGS_MODULE": "flywheel.settings"}  # fmt: skip
+    run = subprocess.run([sys.executable, "-m", "tests.flywheel.ingest.sqlite_text_search"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == {
+        "refun": ["t1", "t0"],
+        "refund issued": ["t1"],
+        '"refun"': ["t1", "t0"],
+        "a & b": ["t2"],
+    }
+
+
+def test_a_queue_by_text_holds_the_rows_the_list_finds(make_user):
+    from flywheel.triage.selectors import TriageFilters, queue_members, queue_waiting_members
+    from flywheel.triage.services import queue_create
+
+    admin = make_user(Role.ADMIN)
+    texts = {0: "Refund issued", 1: "refunded already", 2: "no refund."}
+    store([native(f"t{n}", final_result=text) for n, text in texts.items()])
+    queue = queue_create(actor=admin, name="refunds", filters=TriageFilters(base=TrajectoryFilters(text="refund")))
+    assert sorted(queue_members(queue, viewer=admin).values_list("external_id", flat=True)) == ["t0", "t2"]
+    waiting = queue_waiting_members(queue, viewer=admin)  # the filter as a subquery of another trajectory query
+    assert sorted((m.trajectory.external_id, m.by_filter) for m in waiting) == [("t0", True), ("t2", True)]

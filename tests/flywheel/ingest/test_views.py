@@ -55,6 +55,13 @@ def test_the_list_filters_by_outcome_agent_version_error_and_text(viewer_client)
     assert listed(viewer_client, q="TIMEOUT calling") == {"c"}
 
 
+def test_the_list_leaves_the_agent_s_tool_catalogue_unread(viewer_client):
+    # A catalogue can be hundreds of kilobytes, read again with every row of the page.
+    store([native("a", tools=[{"type": "function", "function": {"name": "get_order", "parameters": {}}}])])
+    response = viewer_client.get(reverse("ingest:trajectory_list"))
+    assert "tools" in response.context["trajectories"][0].agent.get_deferred_fields()
+
+
 def test_the_list_filters_by_tool_called_and_date(viewer_client, tau_bench_path):
     with tau_bench_path.open("rb") as stream:
         stream_ingest(
