@@ -90,6 +90,16 @@ def test_a_word_search_for_a_phrase_wants_its_words_next_to_each_other_in_order(
     assert _pages(viewer, "refund issued now", 10) == [[]]
 
 
+def test_a_word_joined_to_others_by_punctuation_is_still_a_word(viewer):
+    texts = {0: "<img onerror='window.pwned=1'>", 1: "mail user@example.com now", 2: "total 12.5 EUR",
+             3: "see /var/log/app.log", 4: "pwnedexample"}  # fmt: skip
+    store([native(f"t{n}", final_result=text) for n, text in texts.items()])
+    assert _pages(viewer, "pwned", 10) == [["t0"]]
+    assert _pages(viewer, "example", 10) == [["t1"]]
+    assert _pages(viewer, "12", 10) == [["t2"]]
+    assert _pages(viewer, "var log", 10) == [["t3"]]
+
+
 def test_a_quoted_text_or_one_with_punctuation_is_searched_as_a_substring(viewer):
     texts = {0: "refunded already", 1: "ticket AB-1234 held", 2: "see /var/log/app.log", 3: "refund", 4: "a__b"}
     store([native(f"t{n}", final_result=text) for n, text in texts.items()])
