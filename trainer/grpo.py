@@ -151,6 +151,8 @@ class TaskReward:
         assert self.judge is not None
         verdicts = self.judge.judge(tasks, completions)
         size = self.judge.group_size
+        spreads = [score_spread([verdict.score for verdict in verdicts[start:start + size]])
+                   for start in range(0, len(verdicts), size)] if size is not None else []  # fmt: skip
         batch = []
         for index, (task, completion, verdict) in enumerate(zip(tasks, completions, verdicts, strict=True)):
             unsafe = bool(check_task_calls(self.policy, task, parse_tool_calls(completion).calls))
@@ -158,8 +160,7 @@ class TaskReward:
             components = {"judge_score": score, "judge_unreadable": float(verdict.score is None),
                           "unsafe": -1.0 if unsafe else 0.0}  # fmt: skip
             if size is not None:
-                start = index - index % size
-                components["judge_group_spread"] = score_spread([v.score for v in verdicts[start:start + size]])
+                components["judge_group_spread"] = spreads[index // size]
             batch.append(Scored(task.id, completion, -1.0 if unsafe else score, components))
         self.last_batch = batch
         return [row.reward for row in batch]
