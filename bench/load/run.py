@@ -4,8 +4,9 @@
         --broker redis://127.0.0.1:6379/15 --run-time 3m
 
 It refuses a database `generate.py` did not fill. It starts gunicorn (as production does, bound
-to 127.0.0.1) and one Celery worker on the `default` queue (the suggestions and queue rules
-that follow ingestion run there, as in production), waits for `/healthz`, runs locust headless
+to 127.0.0.1) and one Celery worker on the `default` queue with beat (the suggestions and queue
+rules that follow ingestion run there, and beat's recount of the count summaries every
+SUMMARY_REFRESH_SECONDS, as in production), waits for `/healthz`, runs locust headless
 for `--run-time` (CSV under `--out`), stops everything and prints p50/p95/p99 per page, the
 error rate, ingest throughput while the users browsed, and the database's size before and
 after. The ingest API's rate limit is raised for the run (one token posts every batch).
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--web-workers", type=int, default=4)
     parser.add_argument("--web-threads", type=int, default=2)
-    parser.add_argument("--no-worker", action="store_true", help="no Celery worker: suggestions wait in the broker")
+    parser.add_argument("--no-worker", action="store_true", help="no Celery worker nor beat: suggestions wait in the broker, summaries are recounted by the pages")
     args = parser.parse_args(argv)
     before = _refuse_unless_generated(args.url)
     env = _app_env(args.url, args.broker)
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_worker:
         worker = subprocess.Popen(
             [str(BIN / "celery"), "-A", "flywheel", "worker", "-Q", "default", "--concurrency", "1",
+             "--beat", "--schedule", str(args.out / "celerybeat-schedule"),
              "--loglevel", "WARNING", "-n", f"load-{os.getpid()}@%h"],
             cwd=ROOT, env=env,
         )  # fmt: skip
