@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -25,9 +25,7 @@ def agent_list(request: AuthedRequest) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def agent_detail(request: AuthedRequest, name: str) -> HttpResponse:
-    agent = selectors.agent_get(viewer=request.user, name=name)
-    if agent is None:
-        raise Http404("no such agent")
+    agent = selectors.agent_get_or_404(viewer=request.user, name=name)
     return render(request, "core/agent_detail.html", {"agent": agent})
 
 

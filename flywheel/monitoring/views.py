@@ -19,23 +19,15 @@ from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.charts import figure_html
 from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import agent_get
+from flywheel.core.selectors import agent_get_or_404
 from flywheel.monitoring import charts, selectors, services
 from flywheel.monitoring.forms import AlertRollbackForm, ScoringRuleForm
 from flywheel.monitoring.models import MonitoredRate, ScoringRule
 from flywheel.registry.services import RegistryRefused
 
 
-def _agent(request: AuthedRequest, name: str) -> Agent:
-    """The agent, if the user may see it; 404 alike for no such agent and another's."""
-    agent = agent_get(viewer=request.user, name=name)
-    if agent is None:
-        raise Http404(f"no agent {name}")
-    return agent
-
-
 def _rule(request: AuthedRequest, agent_name: str, rule_id: int) -> ScoringRule:
-    rule = selectors.rule_get(agent=_agent(request, agent_name), rule_id=rule_id)
+    rule = selectors.rule_get(agent=agent_get_or_404(viewer=request.user, name=agent_name), rule_id=rule_id)
     if rule is None:
         raise Http404("no such rule")
     return rule
@@ -48,7 +40,7 @@ def index(request: AuthedRequest) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def agent_monitor(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    monitor = selectors.monitor_get(agent=_agent(request, agent_name))
+    monitor = selectors.monitor_get(agent=agent_get_or_404(viewer=request.user, name=agent_name))
     figures = [charts.rate_figure(monitor.days, monitor.marks, rate) for rate in MonitoredRate.values]
     figures += [chart(monitor.days, monitor.marks) for chart in (charts.latency_figure, charts.tokens_figure,
                                                                  charts.cost_figure)]  # fmt: skip
@@ -61,7 +53,7 @@ def agent_monitor(request: AuthedRequest, agent_name: str) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def rule_list(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    agent = _agent(request, agent_name)
+    agent = agent_get_or_404(viewer=request.user, name=agent_name)
     return render(request, "monitoring/rule_list.html", {"agent": agent, "rules": selectors.rule_list(agent=agent)})
 
 
@@ -85,7 +77,7 @@ def _rule_form_page(request: AuthedRequest, agent: Agent, rule: ScoringRule | No
 
 @permission_required(Perm.LAUNCH_JOBS)
 def rule_new(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    return _rule_form_page(request, _agent(request, agent_name), None)
+    return _rule_form_page(request, agent_get_or_404(viewer=request.user, name=agent_name), None)
 
 
 @permission_required(Perm.LAUNCH_JOBS)

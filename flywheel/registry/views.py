@@ -27,7 +27,7 @@ from flywheel.core.charts import figure_html
 from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import agent_get, choices_limit
+from flywheel.core.selectors import agent_get_or_404, choices_limit
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.selectors import trajectory_visible
 from flywheel.ingest.trace import trace_steps
@@ -51,14 +51,6 @@ def _form_errors(form: Form) -> str:
     return "; ".join(f"{name}: {' '.join(str(error) for error in errors)}" for name, errors in form.errors.items())
 
 
-def _agent(request: AuthedRequest, name: str) -> Agent:
-    """The agent, if the user may see it; 404 alike for no such agent and another's."""
-    agent = agent_get(viewer=request.user, name=name)
-    if agent is None:
-        raise Http404(f"no agent {name}")
-    return agent
-
-
 def _version(request: AuthedRequest, agent_name: str, number: int) -> ModelVersion:
     version = selectors.version_get(agent_name=agent_name, number=number, viewer=request.user)
     if version is None:
@@ -74,7 +66,7 @@ def version_list(request: AuthedRequest) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def agent_versions(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    agent = _agent(request, agent_name)
+    agent = agent_get_or_404(viewer=request.user, name=agent_name)
     live = selectors.live_version(agent=agent)
     failures = selectors.failures_by_version(agent=agent)
     context: dict[str, Any] = {
@@ -167,7 +159,7 @@ def version_promote(request: AuthedRequest, agent_name: str, number: int) -> Htt
 @permission_required(Perm.APPROVE_VERSIONS)
 @require_POST
 def agent_rollback(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    agent = _agent(request, agent_name)
+    agent = agent_get_or_404(viewer=request.user, name=agent_name)
     form = RollbackForm(request.POST, choices=ModelVersion.objects.filter(agent=agent))
     if not form.is_valid():
         messages.error(request, "A rollback needs the version to return to and a written reason.")
@@ -208,7 +200,7 @@ def gate_launch(request: AuthedRequest, agent_name: str, number: int) -> HttpRes
 @permission_required(Perm.MANAGE)
 @require_POST
 def gate_policy_update(request: AuthedRequest, agent_name: str) -> HttpResponse:
-    agent = _agent(request, agent_name)
+    agent = agent_get_or_404(viewer=request.user, name=agent_name)
     form = GatePolicyForm(request.POST)
     if not form.is_valid():
         messages.error(request, _form_errors(form))

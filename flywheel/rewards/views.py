@@ -21,9 +21,8 @@ from django.views.decorators.http import require_POST
 
 from flywheel.core.access import AuthedRequest, permission_required
 from flywheel.core.charts import figure_html
-from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import agent_get, choices_limit
+from flywheel.core.selectors import agent_get_or_404, choices_limit
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets.selectors import snapshot_get
 from flywheel.rewards import buckets, charts, selectors, services
@@ -185,18 +184,10 @@ def run_judge_launch(request: AuthedRequest, run_id: UUID) -> HttpResponse:
     return redirect("rewards:run_judge", run_id=run.id)
 
 
-def _agent(request: AuthedRequest, agent_name: str) -> Agent:
-    """The agent, if the user may see it; 404 alike for no such agent and another's."""
-    agent = agent_get(viewer=request.user, name=agent_name)
-    if agent is None:
-        raise Http404("no such agent")
-    return agent
-
-
 @permission_required(Perm.VIEW)
 def judge_buckets(request: AuthedRequest, agent_name: str) -> HttpResponse:
     """The agent's bucket judgings, newest first, each with what it suggested."""
-    agent = _agent(request, agent_name)
+    agent = agent_get_or_404(viewer=request.user, name=agent_name)
     context = {
         "agent": agent, "rows": selectors.bucket_judging_list(viewer=request.user, agent=agent),
         "shown": selectors.JUDGINGS_SHOWN, "can_launch": request.user.has_perm(Perm.LAUNCH_JOBS),
@@ -208,7 +199,7 @@ def judge_buckets(request: AuthedRequest, agent_name: str) -> HttpResponse:
 @require_POST
 def judge_buckets_launch(request: AuthedRequest, agent_name: str) -> HttpResponse:
     """Have the agent's judge suggest wrong tool / bad planning / retrieval failure for its failures awaiting review."""
-    agent = _agent(request, agent_name)
+    agent = agent_get_or_404(viewer=request.user, name=agent_name)
     try:
         judgings = buckets.bucket_judging_launch(actor=request.user, agent=agent)
     except buckets.BucketJudgingRefused as error:

@@ -7,14 +7,11 @@ import pytest
 from flywheel.core.roles import Role
 from flywheel.datasets.models import PreferencePair
 from flywheel.triage.models import Correction
+from tests.browser.markers import PAGE
 from tests.conftest import PASSWORD
 from tests.flywheel.triage.conftest import built_in_buckets, call, result, shop_record, store, user  # noqa: F401
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("built_in_buckets"),
-]
+pytestmark = [*PAGE, pytest.mark.usefixtures("built_in_buckets")]
 
 
 def test_a_reviewer_corrects_the_failing_call_with_the_keyboard(page, live_server, make_user, sign_in, store):  # noqa: F811

@@ -22,18 +22,12 @@ from flywheel.datasets.services import snapshot_create, tasks_import
 from flywheel.registry.models import GateResult, GateStatus, ModelVersion
 from flywheel.triage.models import Correction
 from tests.browser.jobs import launch_job, wait_for_job
+from tests.browser.markers import JOURNEY
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS
 from tests.flywheel.triage.conftest import built_in_buckets, call, result, shop_record, store, user  # noqa: F401
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.worker,
-    pytest.mark.slow,
-    pytest.mark.timeout(900),
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("built_in_buckets"),
-]
+pytestmark = [*JOURNEY, pytest.mark.usefixtures("built_in_buckets")]
 # Two steps over both pairs, no held-out evaluation while training: the gate evaluates the version.
 TINY_DPO = {"max_steps": 2, "learning_rate": 5e-3, "per_device_train_batch_size": 2, "warmup_ratio": 0.0,
             "eval_interval": 0, "checkpoint_interval": 0, "max_truncated_share": 1.0, "device": "cpu"}  # fmt: skip

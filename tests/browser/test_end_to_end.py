@@ -37,20 +37,14 @@ from flywheel.triage.selectors import TriageFilters
 from flywheel.triage.services import queue_create
 from tests.browser.charts import wait_for_charts
 from tests.browser.jobs import JOB_SECONDS, launch_job, wait_for_job
+from tests.browser.markers import JOURNEY
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL, TINY_TASKS, make_adapter
 from tests.flywheel.test_permissions import _walk
 from tests.flywheel.triage.conftest import built_in_buckets  # noqa: F401  (a shared fixture)
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.worker,
-    pytest.mark.slow,
-    pytest.mark.timeout(900),
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("built_in_buckets"),
-]
+pytestmark = [*JOURNEY, pytest.mark.usefixtures("built_in_buckets")]
 AGENT = "support-bot"
 TINY_GRPO = {"max_steps": 2, "num_generations": 2, "max_completion_length": 16, "learning_rate": 1e-3,
              "eval_interval": 0, "checkpoint_interval": 0, "eval_max_new_tokens": 16, "max_truncated_share": 1.0,

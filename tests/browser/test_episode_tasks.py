@@ -3,18 +3,17 @@ that starts at an earlier user turn, and the task page lists what the replay wil
 
 from __future__ import annotations
 
-import pytest
-
 from flywheel.core.roles import Role
 from flywheel.datasets.models import RegressionTask
 from flywheel.ingest.models import StepKind, Trajectory
 from flywheel.ingest.parsers import FieldMapping
 from flywheel.ingest.services import IngestOptions, stream_ingest
+from tests.browser.markers import PAGE
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.ingest.conftest import TAU_MAPPING
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = PAGE
 
 
 def test_a_reviewer_converts_a_multi_turn_failure_into_an_episode_task(

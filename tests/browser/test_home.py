@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-import pytest
-
 from flywheel.core.roles import Role
+from tests.browser.markers import PAGE
 from tests.conftest import PASSWORD
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = PAGE
 
 
 def test_signing_in_shows_the_home_page_with_the_navigation(page, live_server, make_user, sign_in):

@@ -2,16 +2,15 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from flywheel.core.roles import Role
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.parsers import FieldMapping
 from flywheel.ingest.services import IngestOptions, stream_ingest
+from tests.browser.markers import PAGE_WITH_WORKER
 from tests.conftest import PASSWORD
 from tests.flywheel.ingest.conftest import TAU_MAPPING
 
-pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+pytestmark = PAGE_WITH_WORKER
 
 
 def test_an_upload_shows_its_progress_and_rejected_lines(

@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-import pytest
-
 from flywheel.core.roles import Role
 from tests.browser.charts import wait_for_charts
+from tests.browser.markers import PAGE_WITH_WORKER
 from tests.conftest import PASSWORD
 from tests.flywheel.training.conftest import scripted_env
 from tests.flywheel.training.conftest import tiny_train_snapshot as tiny_train_snapshot  # noqa: F401  (shared)
 
-pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+pytestmark = PAGE_WITH_WORKER
 
 
 def test_the_chart_of_a_running_job_gains_points(

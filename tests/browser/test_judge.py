@@ -20,6 +20,7 @@ from flywheel.training.models import Job
 from flywheel.triage.models import Suggestion
 from flywheel.triage.suggestions import LLM_JUDGE
 from tests.browser.jobs import wait_for_job
+from tests.browser.markers import JOURNEY
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import TINY_MODEL
@@ -27,13 +28,7 @@ from tests.flywheel.rewards.conftest import judged_agent as judged_agent  # noqa
 from tests.flywheel.rewards.conftest import judged_run as judged_run  # noqa: F401
 from tests.flywheel.triage.conftest import built_in_buckets, call, result, shop_record, store, user  # noqa: F401
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.worker,
-    pytest.mark.slow,
-    pytest.mark.timeout(900),
-    pytest.mark.django_db(transaction=True),
-]
+pytestmark = JOURNEY
 BUCKETS = ["wrong_tool", "bad_planning", "retrieval_failure"]
 MARKED = 3
 

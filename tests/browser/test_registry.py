@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from flywheel.core.roles import Role
 from flywheel.registry import selectors
 from flywheel.registry.models import Deployment
+from tests.browser.markers import PAGE
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.registry.conftest import adapters as adapters  # noqa: F401
@@ -17,7 +16,7 @@ from tests.flywheel.registry.conftest import registry_dir as registry_dir  # noq
 from tests.flywheel.registry.gate_reports import WINNING, gate_files
 from tests.flywheel.registry.test_services import finished_gate
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = PAGE
 
 
 def test_an_approver_promotes_on_a_passed_gate_then_rolls_back_and_the_history_has_both(

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from flywheel.core.roles import Role
 from flywheel.rewards.models import Mark, ProfiledOutput, ProfileRun
 from tests.browser.charts import wait_for_charts
+from tests.browser.markers import PAGE
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.rewards.conftest import STRICT_POLICY, outputs_lines
 from tests.flywheel.rewards.conftest import bfcl_many as bfcl_many  # noqa: F401  (a shared fixture)
 from tests.flywheel.rewards.conftest import fast_password_hashing as fast_password_hashing  # noqa: F401
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = PAGE
 
 
 def rate(page) -> str:

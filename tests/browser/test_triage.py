@@ -17,15 +17,12 @@ from flywheel.triage import selectors, services
 from flywheel.triage.models import BucketAssignment, Review, ReviewState
 from flywheel.triage.selectors import TriageFilters
 from tests.browser.charts import chart_data
+from tests.browser.markers import PAGE
 from tests.browser.screenshots import shot
 from tests.conftest import PASSWORD
 from tests.flywheel.triage.conftest import TAU, built_in_buckets  # noqa: F401  (a shared fixture)
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("built_in_buckets"),
-]
+pytestmark = [*PAGE, pytest.mark.usefixtures("built_in_buckets")]
 
 
 @pytest.fixture

@@ -5,7 +5,9 @@ one tool call and returns a StepResult (the observation a model would see as the
 result, always JSON-serialisable; whether the episode is done; whether the call ran), and
 `judge()` returns the Judgement of the episode so far. `run_calls` and `run_output` play a
 whole recorded episode (a list of calls, or a model output that holds them) in one go; that
-is what `python -m trainer verify --env ...` and a GRPO reward use.
+is what `python -m trainer verify --env ...` and a GRPO reward use. `play_calls` is the one
+loop under them: it also says which call the environment refused first (the synthetic
+variants' environment filter rejects on it).
 
 Bad arguments and unknown tools come back as observations, never as exceptions; calling
 `step` or `judge` before `reset` is a programming error and raises. The environments
@@ -97,6 +99,24 @@ class Judgement:
         }
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A call the environment refused (its step's `ok` false): its number in the episode (from 1), the call,
+    and the step's result."""
+
+    number: int
+    call: ToolCall
+    result: StepResult
+
+
+@dataclass(frozen=True)
+class Played:
+    """A recorded episode played out: its judgement, and the first call refused (None: every call ran)."""
+
+    judgement: Judgement
+    refused: Refusal | None = None
+
+
 class Environment(ABC):
     """Runs episodes of tasks; `floor` is the reward of the worst episode.
 
@@ -151,12 +171,20 @@ class Environment(ABC):
     def judge(self) -> Judgement:
         """The judgement of the current episode, as it stands."""
 
-    def run_calls(self, task: Task, calls: Sequence[ToolCall]) -> Judgement:
-        """Play a recorded episode: every call in order (the environment enforces its own limits)."""
+    def play_calls(self, task: Task, calls: Sequence[ToolCall]) -> Played:
+        """Play a recorded episode: every call in order, a refused one too (the environment enforces its own
+        limits), then judge it."""
         self.reset(task)
-        for call in calls:
-            self.step(call)
-        return self.judge()
+        refused = None
+        for number, call in enumerate(calls, start=1):
+            result = self.step(call)
+            if refused is None and not result.ok:
+                refused = Refusal(number, call, result)
+        return Played(self.judge(), refused)
+
+    def run_calls(self, task: Task, calls: Sequence[ToolCall]) -> Judgement:
+        """The judgement of a recorded episode played out (`play_calls`), refused calls and all."""
+        return self.play_calls(task, calls).judgement
 
     def run_output(self, task: Task, output: Completion) -> Judgement:
         """Play the calls a model output holds; an output with no readable calls is judged unreadable."""

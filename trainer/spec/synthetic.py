@@ -541,15 +541,13 @@ def environment_rejection(task: Task, playing: EnvironmentFilter) -> Rejection |
     if environment is None:
         return None
     try:
-        environment.reset(task)
-        for number, call in enumerate(reference_calls(task), start=1):
-            result = environment.step(call)
-            if not result.ok:
-                shown = str(result.observation)[:_OBSERVATION_CHARS]
-                return Rejection("environment", f"call {number}, {call.name}, fails in {playing.name}: {shown}")
-        judgement = environment.judge()
+        played = environment.play_calls(task, reference_calls(task))
     except Exception as error:  # noqa: BLE001 - a team's environment may raise anything; the variant fails alone
         return Rejection("environment", f"{playing.name} failed: {type(error).__name__}: {error}")
+    if (refused := played.refused) is not None:
+        shown = str(refused.result.observation)[:_OBSERVATION_CHARS]
+        return Rejection("environment", f"call {refused.number}, {refused.call.name}, fails in {playing.name}: {shown}")
+    judgement = played.judgement
     if judgement.unsafe:
         return Rejection("environment", f"unsafe under the safety policy in {playing.name}: {judgement.reason}")
     if not judgement.passed:

@@ -7,12 +7,14 @@ import importlib
 import pytest
 from django.apps import apps as django_apps
 from django.contrib.auth.models import Group
+from django.http import Http404
 from django.urls import reverse
 
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Role
 from flywheel.core.selectors import (
     agent_get,
+    agent_get_or_404,
     agents_filter,
     audit_event_list,
     choices_limit,
@@ -47,6 +49,18 @@ def test_a_member_sees_their_agents_rows_and_not_anothers_nor_those_of_no_agent(
     assert _visible_tasks(member) == {"a"}
     assert list(visible_agents(member)) == [alpha]
     assert agent_get(viewer=member, name="bravo") is None and agent_get(viewer=member, name="alpha") == alpha
+
+
+@pytest.mark.django_db
+def test_an_agent_another_member_owns_is_not_found_alike_with_one_that_does_not_exist(make_user, agents):
+    alpha, _ = agents
+    member = make_user(Role.VIEWER, agents=[alpha])
+    assert agent_get_or_404(viewer=member, name="alpha") == alpha
+    with pytest.raises(Http404) as foreign:
+        agent_get_or_404(viewer=member, name="bravo")
+    with pytest.raises(Http404) as missing:
+        agent_get_or_404(viewer=member, name="charlie")
+    assert str(foreign.value) == str(missing.value) == "no such agent"
 
 
 @pytest.mark.django_db

@@ -17,6 +17,7 @@ from trainer.spec.synthetic import (
     Options,
     Variant,
     counts,
+    environment_rejection,
     generate,
     normalised_prompt,
     reference_answer,
@@ -312,6 +313,14 @@ def test_a_call_unsafe_under_the_environments_policy_is_rejected_by_the_environm
     assert "internal-mail" in item.rejection.reason
 
 
+def test_the_environment_filter_names_the_first_refused_call_of_several(workbench):
+    playing = EnvironmentFilter.of("workbench", workbench)
+    calls = [ExpectedCall.exact(DELETE_EVENT, {"event_id": event}) for event in (EVENT, "99999999", "99999998")]
+    rejection = environment_rejection(workplace("several", "Delete three events.", *calls), playing)
+    assert rejection.filter == "environment"
+    assert rejection.reason == f"call 2, {DELETE_EVENT}, fails in workbench: Event not found."
+
+
 class EndStateUnreached(Environment):
     """Runs every call cleanly, and judges the episode failed: a team environment whose end state is not reached."""
 
@@ -331,6 +340,17 @@ class EndStateUnreached(Environment):
 class Broken(EndStateUnreached):
     def step(self, call: ToolCall) -> StepResult:
         raise TimeoutError("environment step timed out after 30 s")
+
+
+class Refusing(EndStateUnreached):
+    def step(self, call: ToolCall) -> StepResult:
+        return StepResult(observation="no " * 100, done=False, ok=False)
+
+
+def test_a_refused_calls_observation_is_shown_cut_to_200_characters():
+    fact = task("fact", "Factorial of 5.", FACTORIAL, {"number": [5]})
+    rejection = environment_rejection(fact, EnvironmentFilter.of("shop", Refusing()))
+    assert rejection.reason == "call 1, math.factorial, fails in shop: " + ("no " * 100)[:200]
 
 
 def test_an_end_state_not_reached_or_a_broken_environment_rejects_the_variant_alone():
