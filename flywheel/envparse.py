@@ -63,6 +63,19 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return number
 
 
+def env_float(name: str, default: float, *, minimum: float, maximum: float) -> float:
+    value = env_raw(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a number") from None
+    if not minimum <= number <= maximum:  # NaN fails this too
+        raise ImproperlyConfigured(f"{name}={number} must be between {minimum} and {maximum}")
+    return number
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     value = env_raw(name)
     if value is None or value.strip() == "":

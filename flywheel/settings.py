@@ -17,6 +17,7 @@ from kombu import Queue
 from flywheel.envparse import (
     env_bool,
     env_choice,
+    env_float,
     env_int,
     env_list,
     env_str,
@@ -331,6 +332,9 @@ MONITOR_JUDGE_ATTEMPTS = env_int("MONITOR_JUDGE_ATTEMPTS", 3, minimum=1)
 SUMMARY_REFRESH_SECONDS = env_int("SUMMARY_REFRESH_SECONDS", 60, minimum=1)
 # A summary older than this (beat not running) or missing is recounted by the page that needs it.
 SUMMARY_STALE_SECONDS = env_int("SUMMARY_STALE_SECONDS", 300, minimum=1)
+# The most of the time beat's recounts may take: a recount of T seconds skips the ticks of the next
+# T × (1 / share − 1) seconds (at most half of SUMMARY_STALE_SECONDS). 1 recounts at every tick.
+SUMMARY_RECOUNT_SHARE = env_float("SUMMARY_RECOUNT_SHARE", 0.1, minimum=0.01, maximum=1.0)
 
 CELERY_BEAT_SCHEDULE = {
     "reap-jobs": {"task": "flywheel.training.reaper.reap_jobs", "schedule": float(JOB_REAP_EVERY_SECONDS)},
@@ -351,7 +355,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(MONITOR_EVERY_SECONDS),
     },
     "recount-summaries": {
-        "task": "flywheel.dashboards.tasks.summaries_recount",
+        "task": "flywheel.dashboards.tasks.summaries_recount_paced",
         "schedule": float(SUMMARY_REFRESH_SECONDS),
     },
 }

@@ -24,10 +24,13 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
+import psutil
 import psycopg
 
 from bench.load.generate import MARKER, ROOT
@@ -63,6 +66,9 @@ def _app_env(url: str, broker: str) -> dict[str, str]:
         "ALLOWED_HOSTS": "127.0.0.1",
         "API_RATE_LIMIT_INGEST": "1000000",
         "LOG_LEVEL": "WARNING",
+        # Production's persistent connections (DJANGO_ENV=production), which this run cannot set
+        # whole: it would demand HTTPS. Without them each request forks a PostgreSQL backend.
+        "CONN_MAX_AGE": "60",
     }
 
 
@@ -87,6 +93,46 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.kill()
 
 
+class CpuShares(threading.Thread):
+    """CPU seconds spent by each part of the run (the database, the web workers, the Celery worker and
+    beat, locust, anything else), from every process's counters sampled each second: on a machine
+    where all of them share the same cores, where the time goes says more than any page's latency."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.seconds: Counter[str] = Counter()
+        self._last: dict[int, float] = {}
+        self._stopped = threading.Event()
+
+    @staticmethod
+    def _part(process: psutil.Process) -> str:
+        command = " ".join(process.cmdline()[:4])
+        for part in ("postgres", "gunicorn", "celery", "locust"):
+            if part in process.name() or part in command:
+                return part
+        return "other"
+
+    def _sample(self) -> None:
+        for process in psutil.process_iter():
+            try:
+                times = process.cpu_times()
+                used = times.user + times.system
+                part = self._part(process)
+            except psutil.Error:
+                continue
+            self.seconds[part] += used - self._last.get(process.pid, used)
+            self._last[process.pid] = used
+
+    def run(self) -> None:
+        while not self._stopped.wait(1.0):
+            self._sample()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join()
+        self._sample()
+
+
 def _figures(stats_csv: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
     with stats_csv.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -94,7 +140,13 @@ def _figures(stats_csv: Path) -> tuple[list[dict[str, str]], dict[str, str]]:
     return [row for row in rows if row["Name"] != "Aggregated"], total
 
 
-def _report(rows: list[dict[str, str]], total: dict[str, str], ingest: dict[str, float], sizes: tuple[int, int]) -> str:
+def _report(
+    rows: list[dict[str, str]],
+    total: dict[str, str],
+    ingest: dict[str, float],
+    sizes: tuple[int, int],
+    cpu: Counter[str],
+) -> str:
     lines = [f"{'page':<34} {'requests':>8} {'errors':>6} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}"]
     for row in sorted(rows, key=lambda row: row["Name"]):
         over = any(row["Name"].startswith(page) for page in PAGES_WITH_TARGET) and float(row["95%"]) > TARGET_P95_MS
@@ -110,6 +162,8 @@ def _report(rows: list[dict[str, str]], total: dict[str, str], ingest: dict[str,
         f"ingest while browsing: {ingest.get('stored', 0) / seconds:.0f} trajectories/s "
         f"({int(ingest.get('stored', 0))} stored of {int(ingest.get('posted', 0))} posted in {seconds:.0f} s)",
         f"database: {sizes[0] / 2**30:.2f} GiB before, {sizes[1] / 2**30:.2f} GiB after",
+        f"CPU seconds over {seconds:.0f} s on {psutil.cpu_count()} cores: "
+        + ", ".join(f"{part} {used:.0f}" for part, used in cpu.most_common()),
     ]
     return "\n".join(lines)
 
@@ -126,7 +180,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--web-workers", type=int, default=4)
     parser.add_argument("--web-threads", type=int, default=2)
-    parser.add_argument("--no-worker", action="store_true", help="no Celery worker nor beat: suggestions wait in the broker, summaries are recounted by the pages")
+    parser.add_argument(
+        "--only", choices=["Reviewer", "Agent"], help="one kind of user: the pages alone, or ingestion alone"
+    )
+    parser.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="no Celery worker nor beat: suggestions wait in the broker, summaries are recounted by the pages",
+    )
     args = parser.parse_args(argv)
     before = _refuse_unless_generated(args.url)
     env = _app_env(args.url, args.broker)
@@ -149,13 +210,17 @@ def main(argv: list[str] | None = None) -> None:
     ingest_out = args.out / "ingest.json"
     try:
         _wait_healthy(base)
+        shares = CpuShares()
+        shares.start()
         locust_env = {**env, "LOAD_CREDENTIALS": str(args.credentials), "LOAD_INGEST_OUT": str(ingest_out)}
         subprocess.run(
             [str(BIN / "locust"), "-f", str(Path(__file__).with_name("locustfile.py")), "--headless",
              "--users", str(args.users), "--spawn-rate", str(args.spawn_rate), "--run-time", args.run_time,
-             "--host", base, "--csv", str(args.out / "load"), "--only-summary", "--stop-timeout", "10"],
+             "--host", base, "--csv", str(args.out / "load"), "--only-summary", "--stop-timeout", "10",
+             *([args.only] if args.only else [])],
             cwd=ROOT, env=locust_env, check=False,
         )  # fmt: skip
+        shares.stop()
     finally:
         _stop(web)
         if worker is not None:
@@ -164,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         after = _size(conn)
     rows, total = _figures(args.out / "load_stats.csv")
     ingest = json.loads(ingest_out.read_text()) if ingest_out.exists() else {}
-    print(_report(rows, total, ingest, (before, after)))
+    print(_report(rows, total, ingest, (before, after), shares.seconds))
 
 
 if __name__ == "__main__":

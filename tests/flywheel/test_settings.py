@@ -46,7 +46,15 @@ def test_production_names_every_missing_variable_at_once():
 
 @pytest.mark.parametrize(
     ("variable", "value"),
-    [("DEBUG", "maybe"), ("DJANGO_ENV", "staging"), ("JOB_MAX_SECONDS", "soon"), ("CONN_MAX_AGE", "-1")],
+    [
+        ("DEBUG", "maybe"),
+        ("DJANGO_ENV", "staging"),
+        ("JOB_MAX_SECONDS", "soon"),
+        ("CONN_MAX_AGE", "-1"),
+        ("SUMMARY_RECOUNT_SHARE", "a tenth"),
+        ("SUMMARY_RECOUNT_SHARE", "0"),
+        ("SUMMARY_RECOUNT_SHARE", "nan"),
+    ],
 )
 def test_a_bad_value_fails_naming_the_variable(variable, value):
     result = run_django({variable: value})
@@ -84,6 +92,19 @@ def test_an_unreadable_secret_file_names_the_variable(tmp_path, monkeypatch):
 def test_booleans_accept_the_usual_spellings(monkeypatch, raw, expected):
     monkeypatch.setenv("FLYWHEEL_TEST_FLAG", raw)
     assert envparse.env_bool("FLYWHEEL_TEST_FLAG", not expected) is expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("0.25", 0.25), ("1", 1.0), ("", 0.5)])
+def test_numbers_within_their_bounds_are_read(monkeypatch, raw, expected):
+    monkeypatch.setenv("FLYWHEEL_TEST_SHARE", raw)
+    assert envparse.env_float("FLYWHEEL_TEST_SHARE", 0.5, minimum=0.01, maximum=1.0) == expected
+
+
+@pytest.mark.parametrize("raw", ["1.5", "0.001", "nan", "inf", "half"])
+def test_a_number_out_of_bounds_or_unreadable_names_the_variable(monkeypatch, raw):
+    monkeypatch.setenv("FLYWHEEL_TEST_SHARE", raw)
+    with pytest.raises(ImproperlyConfigured, match="FLYWHEEL_TEST_SHARE="):
+        envparse.env_float("FLYWHEEL_TEST_SHARE", 0.5, minimum=0.01, maximum=1.0)
 
 
 def test_lists_are_comma_separated_and_trimmed(monkeypatch):

@@ -220,5 +220,66 @@ def test_a_reviewers_own_save_and_skip_show_in_the_queue_progress_before_any_rec
     assert by_reviewer["rita"] == (1, 1)
 
 
-def test_beat_recounts_the_summaries():
-    assert settings.CELERY_BEAT_SCHEDULE["recount-summaries"]["task"] == tasks.summaries_recount.name
+def test_beat_recounts_the_summaries_paced():
+    assert settings.CELERY_BEAT_SCHEDULE["recount-summaries"]["task"] == tasks.summaries_recount_paced.name
+
+
+class _Clock:
+    """A clock that moves only when told, and by `per_recount` seconds during each recount."""
+
+    def __init__(self, per_recount: float) -> None:
+        self.now = 1_000_000.0
+        self.per_recount = per_recount
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _paced_with(clock: _Clock, monkeypatch) -> Callable[[], int]:
+    from django.core.cache import cache
+
+    from flywheel.dashboards import services as dashboard_services
+
+    cache.clear()
+    recount = dashboard_services.summaries_recount
+
+    def slow_recount() -> int:
+        clock.now += clock.per_recount
+        return recount()
+
+    monkeypatch.setattr(dashboard_services, "summaries_recount", slow_recount)
+    return lambda: dashboard_services.summaries_recount_paced(clock=clock)
+
+
+@pytest.mark.django_db
+def test_beat_skips_its_ticks_for_nine_times_a_recounts_length_at_a_tenth(monkeypatch, settings):
+    settings.SUMMARY_RECOUNT_SHARE = 0.1
+    clock = _Clock(per_recount=4.0)
+    paced = _paced_with(clock, monkeypatch)
+    assert paced() == 1  # the dashboards' summary (no queue, no agent)
+    clock.now += 35.9  # a recount of 4 s rests 36 s
+    assert paced() == 0
+    clock.now += 0.2
+    assert paced() == 1
+    assert paced() == 0
+
+
+@pytest.mark.django_db
+def test_beat_never_rests_past_half_the_staleness_limit(monkeypatch, settings):
+    settings.SUMMARY_RECOUNT_SHARE = 0.1
+    settings.SUMMARY_STALE_SECONDS = 300
+    clock = _Clock(per_recount=100.0)  # 900 s of rest by the share alone: the pages would recount first
+    paced = _paced_with(clock, monkeypatch)
+    assert paced() == 1
+    clock.now += 149
+    assert paced() == 0
+    clock.now += 2
+    assert paced() == 1
+
+
+@pytest.mark.django_db
+def test_a_share_of_one_recounts_at_every_tick(monkeypatch, settings):
+    settings.SUMMARY_RECOUNT_SHARE = 1.0
+    clock = _Clock(per_recount=30.0)
+    paced = _paced_with(clock, monkeypatch)
+    assert [paced(), paced(), paced()] == [1, 1, 1]

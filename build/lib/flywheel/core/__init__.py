@@ -1,0 +1,1 @@
+"""Shared bits: base models, agents, roles and permissions, API tokens, the audit log."""

@@ -1,0 +1,1 @@
+"""Charts (pure plotly figure builders) and their views."""

@@ -1,0 +1,1 @@
+"""Regression tasks, task sets, immutable snapshots and export."""

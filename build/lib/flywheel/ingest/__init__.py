@@ -1,0 +1,1 @@
+"""Uploads and the ingestion API; parsers/ holds one module per input format."""

@@ -1,0 +1,221 @@
+"""Reads of the ingest app: the filtered trajectory list with keyset pagination, one trace, uploads.
+
+Every read takes the viewer and keeps to the agents they may see (`flywheel.core.selectors`).
+Text search (`text_match`): words through the `search_vector` column on PostgreSQL, a substring
+otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from uuid import UUID
+
+from django.contrib.auth.models import User
+from django.db import connection
+from django.db.models import BooleanField, Exists, OuterRef, Prefetch, Q, QuerySet, TextField, Value
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Concat
+from django.db.models.lookups import IContains
+from django.utils import timezone
+
+from flywheel.core.selectors import agent_names_filter, agents_filter, sees_all_agents
+from flywheel.ingest.models import Feedback, Step, Trajectory, Upload
+
+FEEDBACK_ANY = "any"
+# How many of the newest rows a text search reads before it turns to the trigram index (keyset_page).
+TEXT_PROBE_ROWS = 500
+# A tool called in at most this many steps is filtered by its trajectories' ids (`_tool_filter`).
+RARE_TOOL_STEPS = 1000
+# A search text of letters, digits, underscores and spaces only is a word search (`text_match`).
+_WORDS = re.compile(r"[\w\s]+")
+
+
+@dataclass(frozen=True)
+class TrajectoryFilters:
+    outcome: str = ""
+    agent: str = ""
+    model_version: str = ""
+    tool: str = ""
+    has_error: bool | None = None
+    since: date | None = None
+    until: date | None = None
+    text: str = ""
+    feedback: str = ""  # "up" or "down": with a thumb so; FEEDBACK_ANY: with any feedback
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page ends, in the list's order (newest first): keyset pagination, no OFFSET or COUNT."""
+
+    ingested_at: datetime
+    id: UUID
+
+    def encode(self) -> str:
+        return base64.urlsafe_b64encode(f"{self.ingested_at.isoformat()}|{self.id}".encode()).decode()
+
+    @classmethod
+    def decode(cls, token: str) -> Cursor | None:
+        try:
+            stamp, _, ident = base64.urlsafe_b64decode(token.encode()).decode().partition("|")
+            return cls(datetime.fromisoformat(stamp), UUID(ident))
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            return None
+
+
+def _day_start(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time.min))
+
+
+def trajectory_queryset(filters: TrajectoryFilters, *, viewer: User, text: bool = True) -> QuerySet[Trajectory]:
+    """The trajectories `viewer` may see that match `filters`; without the text filter when `text` is False
+    (`keyset_page` applies it itself, newest rows first)."""
+    rows = Trajectory.objects.select_related("agent").filter(agents_filter(viewer))
+    if filters.outcome:
+        rows = rows.filter(outcome=filters.outcome)
+    if filters.agent:
+        rows = rows.filter(agent__name=filters.agent)
+    if filters.model_version:
+        rows = rows.filter(model_version=filters.model_version)
+    if filters.has_error is not None:
+        rows = rows.filter(has_error=filters.has_error)
+    if filters.since:
+        rows = rows.filter(ingested_at__gte=_day_start(filters.since))
+    if filters.until:
+        rows = rows.filter(ingested_at__lt=_day_start(filters.until + timedelta(days=1)))
+    if filters.tool:
+        rows = rows.filter(_tool_filter(filters.tool))
+    if filters.text and text:
+        rows = rows.filter(text_match(filters.text))
+    if filters.feedback:
+        given = Feedback.objects.filter(trajectory=OuterRef("pk"))
+        if filters.feedback != FEEDBACK_ANY:
+            given = given.filter(thumb=filters.feedback)
+        rows = rows.filter(Exists(given))
+    # The agent's tool catalogue can be hundreds of kilobytes, read again with every row (measured: most
+    # of a page's time at 1,000,000 trajectories when its rows are the function-caller agent's).
+    return rows.defer("search_text", "metadata", "final_result", "agent__tools")
+
+
+def _tool_filter(tool: str) -> Q:
+    """The trajectories with a step calling `tool`. A rare tool's few trajectories are looked up by id: the
+    newest-first walk with a per-row test would read every trajectory before finding that none (or few) match.
+    Up to RARE_TOOL_STEPS of its steps are read from the (tool_name, trajectory) index to tell."""
+    calls = list(Step.objects.filter(tool_name=tool).values_list("trajectory_id", flat=True)[: RARE_TOOL_STEPS + 1])
+    if len(calls) <= RARE_TOOL_STEPS:
+        return Q(pk__in=set(calls))
+    return Q(Exists(Step.objects.filter(trajectory=OuterRef("pk"), tool_name=tool)))
+
+
+def trajectory_page(
+    *, filters: TrajectoryFilters, viewer: User, after: Cursor | None, size: int = 50
+) -> tuple[list[Trajectory], Cursor | None]:
+    """One page of the list and the cursor of the next one (None on the last page)."""
+    rows = trajectory_queryset(filters, viewer=viewer, text=False)
+    return keyset_page(rows, after=after, size=size, text=filters.text)
+
+
+def keyset_page(
+    rows: QuerySet[Trajectory], *, after: Cursor | None, size: int, text: str = ""
+) -> tuple[list[Trajectory], Cursor | None]:
+    """Newest first from `after` on, by (ingested_at, id): no OFFSET, so deep pages cost what the first does.
+
+    With `text`, the rows containing it: see `_text_page`.
+    """
+    if after is not None:
+        rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
+    ordered = rows.order_by("-ingested_at", "-id")
+    page = _text_page(ordered, text=text, size=size) if text else list(ordered[: size + 1])
+    if len(page) <= size:
+        return page, None
+    last = page[size - 1]
+    return page[:size], Cursor(last.ingested_at, last.id)
+
+
+def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[Trajectory]:
+    """The first `size + 1` of `ordered` matching `text`: among the newest TEXT_PROBE_ROWS rows first.
+
+    A common word or substring fills the page from those rows. Through an index PostgreSQL would
+    reread every row holding it when it misjudges how many there are (the trigram index cannot tell):
+    seconds for a substring in half the trajectories. A rarer text falls back to the index, which
+    then hands over few rows. Both give the same page: the newest rows are all read before any
+    older one could be listed.
+    """
+    newest = list(ordered.values_list("ingested_at", flat=True)[:TEXT_PROBE_ROWS])
+    if not newest:
+        return []
+    probe = ordered.filter(text_match(text, indexed=False), ingested_at__gte=newest[-1])
+    page: list[Trajectory] = list(probe[: size + 1])
+    if len(page) <= size:
+        page = list(ordered.filter(text_match(text))[: size + 1])
+    return page
+
+
+def text_match(text: str, *, indexed: bool = True) -> Q:
+    """The rows whose search text holds `text`. The rule, the same on every page and queue:
+
+    - On PostgreSQL, a text of letters, digits, underscores and spaces (with one letter or digit at
+      least) is a word search: those words, whole, case-insensitive and next to each other in that
+      order, as PostgreSQL's parser splits the stored text (`phraseto_tsquery('simple', ...)` on the
+      `search_vector` column of migration 0009). `refund` finds "Refund issued", not "refunded";
+      `get_reservation_details` finds that tool's name.
+    - Anything else is a substring search (`icontains`, served by the trigram index): a text with
+      punctuation (part of a path, a URL, an id with dashes, JSON), and a text in double quotes,
+      searched without them (`"refun"` finds "refunded"). So is every search on SQLite.
+
+    `indexed=False` writes the substring test on an expression no index covers (`_text_page`'s probe
+    of the newest rows); the word test is left to the planner, whose estimates for it are sound.
+    """
+    quoted = len(text) > 2 and text[0] == text[-1] == '"'
+    if connection.vendor == "postgresql" and not quoted and _is_words(text):
+        # phraseto_tsquery reads any text as plain words: no input can raise a tsquery syntax error.
+        return Q(RawSQL("search_vector @@ phraseto_tsquery('simple', %s)", [text], output_field=BooleanField()))
+    needle = text[1:-1] if quoted else text
+    if indexed:
+        return Q(search_text__icontains=needle)
+    return Q(IContains(Concat("search_text", Value(""), output_field=TextField()), needle))
+
+
+def _is_words(text: str) -> bool:
+    return _WORDS.fullmatch(text) is not None and any(char.isalnum() for char in text)
+
+
+def trajectory_visible(*, viewer: User) -> QuerySet[Trajectory]:
+    """The trajectories `viewer` may see, unfiltered otherwise: the start of any read of one by id."""
+    return Trajectory.objects.filter(agents_filter(viewer))
+
+
+def trajectory_with_steps(*, trajectory_id: UUID, viewer: User) -> Trajectory | None:
+    steps = Prefetch("steps", queryset=Step.objects.order_by("index"))
+    rows = trajectory_visible(viewer=viewer).select_related("agent", "upload").prefetch_related(steps, "feedback")
+    return rows.filter(pk=trajectory_id).first()
+
+
+def trajectory_by_external_id(*, external_id: str, agent_name: str, source: str, viewer: User) -> list[Trajectory]:
+    """Those `viewer` may see with this external id (in that agent and source, where named): two at most."""
+    rows = trajectory_visible(viewer=viewer).filter(external_id=external_id)
+    if agent_name:
+        rows = rows.filter(agent__name=agent_name)
+    if source:
+        rows = rows.filter(source=source)
+    return list(rows[:2])
+
+
+def upload_visible(*, viewer: User) -> QuerySet[Upload]:
+    """Uploads into an agent `viewer` may see; one that names no agent (its records do) only to its uploader."""
+    if sees_all_agents(viewer):
+        return Upload.objects.all()
+    return Upload.objects.filter(
+        (~Q(agent_name="") & agent_names_filter(viewer)) | Q(agent_name="", uploaded_by_id=viewer.pk)
+    )
+
+
+def upload_get(*, upload_id: UUID, viewer: User) -> Upload | None:
+    return upload_visible(viewer=viewer).filter(pk=upload_id).first()
+
+
+def upload_recent(*, viewer: User, limit: int = 20) -> QuerySet[Upload]:
+    return upload_visible(viewer=viewer).select_related("uploaded_by")[:limit]

@@ -1,0 +1,1 @@
+"""Model versions, gate results, promotion, rollback and the live pointer."""

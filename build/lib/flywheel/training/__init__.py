@@ -1,0 +1,1 @@
+"""Jobs (eval, sft, grpo, gate), the Celery tasks that run trainer, metrics and samples."""

@@ -1,0 +1,1 @@
+"""Review queues, failure buckets, auto-suggestions and notes."""

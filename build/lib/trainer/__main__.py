@@ -1,0 +1,5 @@
+"""Entry point for `python -m trainer`."""
+
+from trainer.cli import main
+
+raise SystemExit(main())
