@@ -123,10 +123,25 @@ def copy_references(database_url: str) -> tuple[float, float]:
 TABLES = ("ingest_trajectory", "ingest_step")
 
 
+def _stored_columns(conn: psycopg.Connection, table: str) -> str:
+    """The table's columns that COPY can write: not the generated ones (PostgreSQL computes the
+    search text's word vector itself, in the scratch tables as in the stored one)."""
+    names = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = %s AND is_generated = 'NEVER' "
+        "ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    return ", ".join(f'"{name}"' for (name,) in names)
+
+
 def _copy_rows(reader: psycopg.Connection, writer: psycopg.Connection, table: str) -> float:
     seconds = 0.0
-    with reader.cursor(name=f"read_{table}") as source, writer.cursor().copy(f"COPY rows_{table} FROM STDIN") as copy:
-        source.execute(f"SELECT * FROM {table}")
+    columns = _stored_columns(reader, table)
+    with (
+        reader.cursor(name=f"read_{table}") as source,
+        writer.cursor().copy(f"COPY rows_{table} ({columns}) FROM STDIN") as copy,
+    ):
+        source.execute(f"SELECT {columns} FROM {table}")
         while batch := source.fetchmany(5000):
             started = time.perf_counter()
             for row in batch:
@@ -138,13 +153,14 @@ def _copy_rows(reader: psycopg.Connection, writer: psycopg.Connection, table: st
 
 
 def _copy_text(reader: psycopg.Connection, writer: psycopg.Connection, table: str) -> float:
+    columns = _stored_columns(reader, table)
     with tempfile.TemporaryFile() as dump:
-        with reader.cursor().copy(f"COPY {table} TO STDOUT") as copy:
+        with reader.cursor().copy(f"COPY {table} ({columns}) TO STDOUT") as copy:
             for block in copy:
                 dump.write(block)
         dump.seek(0)
         started = time.perf_counter()
-        with writer.cursor().copy(f"COPY text_{table} FROM STDIN") as copy:
+        with writer.cursor().copy(f"COPY text_{table} ({columns}) FROM STDIN") as copy:
             while block := dump.read(1 << 20):
                 copy.write(block)
         writer.commit()
