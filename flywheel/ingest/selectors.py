@@ -12,6 +12,7 @@ import binascii
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
+from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
@@ -115,24 +116,83 @@ def trajectory_page(
 ) -> tuple[list[Trajectory], Cursor | None]:
     """One page of the list and the cursor of the next one (None on the last page)."""
     rows = trajectory_queryset(filters, viewer=viewer, text=False)
-    return keyset_page(rows, after=after, size=size, text=filters.text)
+    return keyset_page(rows, after=after, size=size, text=filters.text, lead=feedback_lead(filters))
+
+
+@dataclass(frozen=True)
+class Lead:
+    """A filter whose own table leads a page: its rows matching `where`, read in list order through
+    the copy of their trajectory's `ingested_at` beside them (migrations ingest 0010, triage 0008).
+
+    For a filter that matches few of the newest trajectories, the newest-first walk tests row after
+    row (tens of thousands for one page at a million); the filter's rows name the only candidates.
+    `table` and `where` are this code's own SQL, never a user's text (that goes in `params`)."""
+
+    table: str
+    where: str
+    params: tuple[Any, ...]
+
+
+def feedback_lead(filters: TrajectoryFilters) -> Lead | None:
+    """The feedback filter's rows, on PostgreSQL: feedback comes for a few percent of trajectories."""
+    if connection.vendor != "postgresql" or not filters.feedback:
+        return None
+    if filters.feedback == FEEDBACK_ANY:
+        return Lead("ingest_feedback", "TRUE", ())
+    return Lead("ingest_feedback", "thumb = %s", (filters.feedback,))
 
 
 def keyset_page(
-    rows: QuerySet[Trajectory], *, after: Cursor | None, size: int, text: str = ""
+    rows: QuerySet[Trajectory], *, after: Cursor | None, size: int, text: str = "", lead: Lead | None = None
 ) -> tuple[list[Trajectory], Cursor | None]:
     """Newest first from `after` on, by (ingested_at, id): no OFFSET, so deep pages cost what the first does.
 
-    With `text`, the rows containing it: see `_text_page`.
+    With `text`, the rows containing it: see `_text_page`. With a `lead` (and no text), the rows found
+    among the leading filter's (`_led_page`), else walked.
     """
     if after is not None:
         rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
     ordered = rows.order_by("-ingested_at", "-id")
-    page = _text_page(ordered, text=text, size=size) if text else list(ordered[: size + 1])
+    page = None
+    if text:
+        page = _text_page(ordered, text=text, size=size)
+    elif lead is not None:
+        page = _led_page(ordered, lead=lead, after=after, size=size)
+    if page is None:
+        page = list(ordered[: size + 1])
     if len(page) <= size:
         return page, None
     last = page[size - 1]
     return page[:size], Cursor(last.ingested_at, last.id)
+
+
+# How many of a leading filter's rows a page reads before walking the list instead: the other
+# filters may reject most of them (a bucket of another agent's trajectories, say).
+LEAD_ROWS = 2000
+_LEAD_CHUNK = 250
+
+
+def _led_page(ordered: QuerySet[Trajectory], *, lead: Lead, after: Cursor | None, size: int) -> list[Trajectory] | None:
+    """The first `size + 1` rows of `ordered` (every filter, in list order, after `after`), found among
+    the leading filter's rows read in the same order; None when LEAD_ROWS of them did not fill the page."""
+    found: list[UUID] = []
+    last = after
+    with connection.cursor() as cursor:
+        for _ in range(LEAD_ROWS // _LEAD_CHUNK):
+            since = "" if last is None else " AND (trajectory_ingested_at, trajectory_id) < (%s, %s)"
+            cursor.execute(
+                f"SELECT trajectory_id, trajectory_ingested_at FROM {lead.table} WHERE {lead.where}{since} "
+                "ORDER BY trajectory_ingested_at DESC, trajectory_id DESC LIMIT %s",
+                [*lead.params, *((last.ingested_at, last.id) if last else ()), _LEAD_CHUNK],
+            )
+            candidates = cursor.fetchall()
+            # `ordered` tests every filter (the leading one too) and keeps the list's order. A trajectory
+            # named twice (two rules' suggestions) shares one key: it is in one chunk, listed once.
+            found += ordered.filter(pk__in=[pk for pk, _ in candidates]).values_list("pk", flat=True)
+            if len(found) > size or len(candidates) < _LEAD_CHUNK:
+                return list(ordered.filter(pk__in=found[: size + 1]))
+            last = Cursor(candidates[-1][1], candidates[-1][0])
+    return None
 
 
 def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[Trajectory]:
