@@ -1,1 +1,0 @@
-"""Shared bits: base models, agents, roles and permissions, API tokens, the audit log."""

@@ -1,1 +1,0 @@
-"""Charts (pure plotly figure builders) and their views."""

@@ -1,1 +1,0 @@
-"""Regression tasks, task sets, immutable snapshots and export."""

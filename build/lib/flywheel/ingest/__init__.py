@@ -1,1 +1,0 @@
-"""Uploads and the ingestion API; parsers/ holds one module per input format."""

@@ -1,1 +1,0 @@
-"""Model versions, gate results, promotion, rollback and the live pointer."""

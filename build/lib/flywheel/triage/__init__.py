@@ -1,1 +1,0 @@
-"""Review queues, failure buckets, auto-suggestions and notes."""
