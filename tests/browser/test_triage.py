@@ -9,7 +9,7 @@ import time
 import pytest
 
 from flywheel.core.roles import Role
-from flywheel.dashboards.tasks import summaries_recount
+from flywheel.dashboards.services import summaries_recount
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.selectors import TrajectoryFilters
 from flywheel.ingest.services import IngestOptions, stream_ingest

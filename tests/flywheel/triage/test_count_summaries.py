@@ -15,6 +15,7 @@ from flywheel.core.models import Agent, CountSummary
 from flywheel.core.roles import Role
 from flywheel.core.selectors import agents_filter
 from flywheel.dashboards import selectors as dashboards
+from flywheel.dashboards import services as dashboard_services
 from flywheel.dashboards import tasks
 from flywheel.ingest.models import Outcome, Trajectory
 from flywheel.ingest.selectors import TrajectoryFilters
@@ -111,8 +112,8 @@ def _monitored(agent: Agent) -> tuple[dict[str, int], dict[str, int]]:
 
 
 def _check(world: dict[str, Any]) -> None:
-    # beat's task: the dashboards, each queue and each agent's monitor
-    assert tasks.summaries_recount() == 1 + Queue.objects.count() + Agent.objects.count()
+    # beat's recount: the dashboards, each queue and each agent's monitor
+    assert dashboard_services.summaries_recount() == 1 + Queue.objects.count() + Agent.objects.count()
     for agent in Agent.objects.all():
         shown, exact = _monitored(agent)
         assert shown == exact, agent.name
@@ -177,7 +178,7 @@ def test_every_count_shown_equals_a_fresh_count_after_each_kind_of_change(world,
 
 
 def test_a_viewer_adds_up_only_their_agents_summaries(world):
-    tasks.summaries_recount()
+    dashboard_services.summaries_recount()
     shown = {name: _shown_dashboard(viewer)["home"] for name, viewer in world["viewers"].items()}
     assert shown == {"all": (5, 3, 3, 0), "shop": (3, 2, 2, 0), "bank": (2, 1, 1, 0)}
     assert triage.queue_progress_counted([world["queues"][0]], viewer=world["viewers"]["bank"])[
@@ -185,7 +186,7 @@ def test_a_viewer_adds_up_only_their_agents_summaries(world):
 
 
 def test_the_pages_show_the_last_count_and_when_it_was_made(world):
-    tasks.summaries_recount()
+    dashboard_services.summaries_recount()
     counted_at = CountSummary.objects.get(kind=dashboards.DASHBOARD_KIND, agent__name="shop").counted_at
     _review(world)  # not recounted yet
     viewer = world["viewers"]["all"]
@@ -199,12 +200,12 @@ def test_the_monitor_page_is_as_of_its_count(world, store):
     store(_failing("s9", version="v9"))
     again = monitor_get(agent=shop)
     assert (again.counted_at, "shop:v9" in {row.tag for row in again.versions}) == (before.counted_at, False)
-    tasks.summaries_recount()
+    dashboard_services.summaries_recount()
     assert "shop:v9" in {row.tag for row in monitor_get(agent=shop).versions}
 
 
 def test_a_reviewers_own_save_and_skip_show_in_the_queue_progress_before_any_recount(world):
-    tasks.summaries_recount()
+    dashboard_services.summaries_recount()
     viewer, failures, picked = world["viewers"]["all"], *world["queues"]
     services.queue_items_add(actor=world["reviewer"], queue=picked, trajectory_ids=[world["stored"]["s1"].pk])
     services.queue_summaries_recount(queue_ids=[picked.pk])
@@ -237,8 +238,6 @@ class _Clock:
 
 def _paced_with(clock: _Clock, monkeypatch) -> Callable[[], int]:
     from django.core.cache import cache
-
-    from flywheel.dashboards import services as dashboard_services
 
     cache.clear()
     recount = dashboard_services.summaries_recount
