@@ -28,8 +28,8 @@ def airline(tau_airline, make_user):
     """The 200 tau-bench trajectories with the rules' suggestions (110 need review, 6 incomplete
     execution), and, spread at random (seeded): a bucketed third, reviewed or skipped; 60 more
     suggestions of any bucket, 20 of them twice (from a second rule); feedback on 40 (thumbs or
-    scores, some twice); 30 pairs stored in the same
-    microsecond; the trajectories suggested incomplete execution also carrying wrong_tool."""
+    scores, some twice); 30 pairs stored in the same microsecond; the trajectories suggested
+    incomplete execution also carrying wrong_tool."""
     rng = random.Random(7)
     trajectories = list(Trajectory.objects.order_by("pk"))
     buckets = list(Bucket.objects.filter(built_in=True))
