@@ -102,6 +102,7 @@ class CpuShares(threading.Thread):
         super().__init__(daemon=True)
         self.seconds: Counter[str] = Counter()
         self._last: dict[int, float] = {}
+        self._parts: dict[int, str] = {}  # a process's part, read from its command line once
         self._stopped = threading.Event()
 
     @staticmethod
@@ -117,7 +118,7 @@ class CpuShares(threading.Thread):
             try:
                 times = process.cpu_times()
                 used = times.user + times.system
-                part = self._part(process)
+                part = self._parts.get(process.pid) or self._parts.setdefault(process.pid, self._part(process))
             except psutil.Error:
                 continue
             self.seconds[part] += used - self._last.get(process.pid, used)

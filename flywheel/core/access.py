@@ -21,13 +21,14 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 from django_ratelimit.core import get_usage
 
-from flywheel.core.models import ApiToken
+from flywheel.core.models import Agent, ApiToken
 from flywheel.core.roles import Perm
+from flywheel.core.selectors import agent_get
 from flywheel.core.services import ApiTokenRejected, api_token_authenticate
 
 logger = logging.getLogger(__name__)
@@ -198,3 +199,12 @@ def client_address(request: HttpRequest) -> str:
     if proxies and len(forwarded) >= proxies:
         return forwarded[-proxies]
     return str(request.META.get("REMOTE_ADDR", ""))
+
+
+def agent_get_or_404(*, viewer: User, name: str) -> Agent:
+    """For a page about one agent: the agent called `name` if `viewer` may see it; one Http404 alike for no
+    such agent and for another's, so that a URL never tells whether an agent exists."""
+    agent = agent_get(viewer=viewer, name=name)
+    if agent is None:
+        raise Http404("no such agent")
+    return agent

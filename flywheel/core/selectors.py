@@ -18,7 +18,6 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import Model, Q, QuerySet
 from django.forms import BaseForm
-from django.http import Http404
 from django.utils import timezone
 
 from flywheel.core.models import Agent, ApiToken, AuditEvent, CountSummary
@@ -78,14 +77,6 @@ def agent_names_filter(user: Viewer, field: str = "agent_name") -> Q:
 def agent_get(*, viewer: Viewer, name: str) -> Agent | None:
     """The agent called `name` if `viewer` may see it: None alike for no such agent and for another's."""
     return visible_agents(viewer).filter(name=name).first()
-
-
-def agent_get_or_404(*, viewer: Viewer, name: str) -> Agent:
-    """The agent called `name` if `viewer` may see it; one Http404 alike for no such agent and for another's."""
-    agent = agent_get(viewer=viewer, name=name)
-    if agent is None:
-        raise Http404("no such agent")
-    return agent
 
 
 def ingest_agent_names(*, user: Viewer) -> frozenset[str] | None:

@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from flywheel.core import selectors, services
-from flywheel.core.access import ANY_SIGNED_IN, AuthedRequest, permission_required, public
+from flywheel.core.access import ANY_SIGNED_IN, AuthedRequest, agent_get_or_404, permission_required, public
 from flywheel.core.forms import ApiTokenForm
 from flywheel.core.health import broker_problem, database_problem
 from flywheel.core.models import ApiToken
@@ -25,7 +25,7 @@ def agent_list(request: AuthedRequest) -> HttpResponse:
 
 @permission_required(Perm.VIEW)
 def agent_detail(request: AuthedRequest, name: str) -> HttpResponse:
-    agent = selectors.agent_get_or_404(viewer=request.user, name=name)
+    agent = agent_get_or_404(viewer=request.user, name=name)
     return render(request, "core/agent_detail.html", {"agent": agent})
 
 

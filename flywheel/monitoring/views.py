@@ -15,11 +15,10 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.access import AuthedRequest, agent_get_or_404, permission_required
 from flywheel.core.charts import figure_html
 from flywheel.core.models import Agent
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import agent_get_or_404
 from flywheel.monitoring import charts, selectors, services
 from flywheel.monitoring.forms import AlertRollbackForm, ScoringRuleForm
 from flywheel.monitoring.models import MonitoredRate, ScoringRule

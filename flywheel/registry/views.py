@@ -22,12 +22,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from flywheel.core.access import AuthedRequest, permission_required, rate_limited
+from flywheel.core.access import AuthedRequest, agent_get_or_404, permission_required, rate_limited
 from flywheel.core.charts import figure_html
 from flywheel.core.jsonbody import JsonInputError, json_object_from_body
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import agent_get_or_404, choices_limit
+from flywheel.core.selectors import choices_limit
 from flywheel.ingest.models import Trajectory
 from flywheel.ingest.selectors import trajectory_visible
 from flywheel.ingest.trace import trace_steps

@@ -19,10 +19,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from flywheel.core.access import AuthedRequest, permission_required
+from flywheel.core.access import AuthedRequest, agent_get_or_404, permission_required
 from flywheel.core.charts import figure_html
 from flywheel.core.roles import Perm
-from flywheel.core.selectors import agent_get_or_404, choices_limit
+from flywheel.core.selectors import choices_limit
 from flywheel.core.templatetags.flywheel import pretty_json
 from flywheel.datasets.selectors import snapshot_get
 from flywheel.rewards import buckets, charts, selectors, services

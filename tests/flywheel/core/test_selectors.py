@@ -10,11 +10,11 @@ from django.contrib.auth.models import Group
 from django.http import Http404
 from django.urls import reverse
 
+from flywheel.core.access import agent_get_or_404
 from flywheel.core.models import Agent, AuditEvent
 from flywheel.core.roles import Role
 from flywheel.core.selectors import (
     agent_get,
-    agent_get_or_404,
     agents_filter,
     audit_event_list,
     choices_limit,
