@@ -1,13 +1,14 @@
 """Where each page's time goes on a generated database: its queries, their time, the slowest one's plan.
 
     python -m bench.load.explain postgres://postgres:postgres@127.0.0.1:5432/flywheel_load [--plans]
-        [--text WORD ...] [--repeat 3]
+        [--text WORD ...] [--tool NAME ...] [--repeat 3]
 
 Renders the load test's pages in-process (Django's test client, signed in as a load reviewer, a
 member of every agent like most users) against a database `generate.py` filled, and prints per
 page: the queries it ran, their total time, the wall time of the whole render, and with `--plans`
 the slowest query's EXPLAIN (ANALYZE, BUFFERS). `--text` adds the trajectory and triage lists
-searched for that text; `--repeat` renders each page that many times and prints the median.
+searched for that text, `--tool` those filtered by that tool; `--repeat` renders each page that many
+times and prints the median.
 Quieter than the locust run on a busy machine: no HTTP, no concurrency, the same SQL.
 """
 
@@ -25,7 +26,7 @@ from urllib.parse import urlencode
 from bench.load.generate import ROOT, django_setup
 
 
-def pages(credentials: dict, texts: list[str]) -> list[tuple[str, str]]:
+def pages(credentials: dict, texts: list[str], tools: list[str]) -> list[tuple[str, str]]:
     today = date.today()
     tool = "get_reservation_details"
     queue = credentials["queues"]["airline failures"]
@@ -55,6 +56,8 @@ def pages(credentials: dict, texts: list[str]) -> list[tuple[str, str]]:
         *[(f"triage list: {name}", f"/triage/trajectories/?{query}") for name, query in triage],
         *[(f"trajectory list: q={text}", f"/trajectories/?{urlencode({'q': text})}") for text in texts],
         *[(f"triage list: q={text}", f"/triage/trajectories/?{urlencode({'q': text})}") for text in texts],
+        *[(f"trajectory list: tool={name}", f"/trajectories/?{urlencode({'tool': name})}") for name in tools],
+        *[(f"triage list: tool={name}", f"/triage/trajectories/?{urlencode({'tool': name})}") for name in tools],
         ("trace viewer (long)", f"/trajectories/{credentials['long_trajectories'][0]}/"),
         ("review page (in a queue)", f"/triage/review/{credentials['long_trajectories'][1]}/?queue={queue}"),
         ("queue list", "/triage/"),
@@ -76,6 +79,7 @@ def main() -> None:
     parser.add_argument("--plans", action="store_true", help="EXPLAIN ANALYZE each page's slowest query")
     parser.add_argument("--only", default="", help="pages whose name contains this")
     parser.add_argument("--text", action="append", default=[], help="also the lists searched for this text")
+    parser.add_argument("--tool", action="append", default=[], help="also the lists filtered by this tool")
     parser.add_argument("--repeat", type=int, default=1, help="renders per page; the median is printed")
     args = parser.parse_args()
     os.environ.setdefault("DEBUG", "false")
@@ -88,7 +92,7 @@ def main() -> None:
     credentials = json.loads(args.credentials.read_text())
     client = Client(HTTP_HOST="127.0.0.1")  # a host the default ALLOWED_HOSTS admits (not "testserver")
     client.force_login(User.objects.get(username=credentials["reviewers"][0]))
-    for name, path in pages(credentials, args.text):
+    for name, path in pages(credentials, args.text, args.tool):
         if args.only not in name:
             continue
         renders = []

@@ -37,7 +37,14 @@ from django.utils import timezone
 from flywheel.core.roles import Perm
 from flywheel.core.selectors import SYSTEM_READER, agents_filter, sees_all_agents, summaries_read, visible_agents
 from flywheel.ingest.models import Feedback, Step, StepKind, Trajectory
-from flywheel.ingest.selectors import Cursor, Lead, TrajectoryFilters, feedback_lead, keyset_page, trajectory_queryset
+from flywheel.ingest.selectors import (
+    CopyLead,
+    Cursor,
+    TrajectoryFilters,
+    keyset_page,
+    list_lead,
+    trajectory_queryset,
+)
 from flywheel.monitoring.models import OnlineScore
 from flywheel.triage.models import (
     AgentPolicy,
@@ -127,25 +134,25 @@ def triage_page(
             Prefetch("suggestions", queryset=Suggestion.objects.select_related("bucket")),
         )
     )
-    lead = _triage_lead(filters) or feedback_lead(filters.base)
+    lead = _triage_lead(filters) or list_lead(filters.base)
     return keyset_page(rows, after=after, size=size, text=filters.base.text, lead=lead)
 
 
-def _triage_lead(filters: TriageFilters) -> Lead | None:
-    """The triage filter that leads the page (`Lead`), on PostgreSQL: a bucket, a suggested one, or
+def _triage_lead(filters: TriageFilters) -> CopyLead | None:
+    """The triage filter that leads the page (`CopyLead`), on PostgreSQL: a bucket, a suggested one, or
     reviewed or skipped. Reviews come days after ingestion, so few of the newest trajectories match:
     the walk read about 40,000 of them for one page at 1,000,000 (migration triage 0008)."""
     if connection.vendor != "postgresql":
         return None
     bucket_id = "bucket_id = (SELECT id FROM triage_bucket WHERE slug = %s)"
     if filters.bucket:
-        return Lead("triage_bucketassignment", bucket_id, (filters.bucket,))
+        return CopyLead("triage_bucketassignment", bucket_id, (filters.bucket,))
     if filters.suggested == NEEDS_REVIEW:
-        return Lead("triage_suggestion", "rule = %s", (NEEDS_REVIEW,))
+        return CopyLead("triage_suggestion", "rule = %s", (NEEDS_REVIEW,))
     if filters.suggested:
-        return Lead("triage_suggestion", bucket_id, (filters.suggested,))
+        return CopyLead("triage_suggestion", bucket_id, (filters.suggested,))
     if filters.state in (ReviewState.REVIEWED, ReviewState.SKIPPED):
-        return Lead("triage_review", "state = %s", (filters.state,))
+        return CopyLead("triage_review", "state = %s", (filters.state,))
     return None
 
 
