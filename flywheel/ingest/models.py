@@ -88,7 +88,8 @@ class Upload(UUIDModel, TimestampedModel):
 class Trajectory(UUIDModel):
     """One run of an agent: what it saw, called and said, and how it ended."""
 
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="trajectories")
+    # No index of its own: `trajectory_agent_recent` leads with the agent (each index costs every ingest).
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="trajectories", db_index=False)
     upload = models.ForeignKey(Upload, null=True, blank=True, on_delete=models.SET_NULL, related_name="trajectories")
     # The dedup key, within the agent: (source, external_id) when the record has an id, else content_hash.
     source = models.CharField(max_length=100)
@@ -189,7 +190,8 @@ class OtlpSpan(models.Model):
 
 
 class Step(models.Model):
-    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
+    # No index of its own: `step_unique_index` (trajectory, index) leads with it.
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps", db_index=False)
     index = models.IntegerField()
     kind = models.CharField(max_length=24, choices=StepKind.choices)
     text = models.TextField(blank=True)
