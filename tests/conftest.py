@@ -33,6 +33,24 @@ def tau_bench_path() -> Path:
     return TAU_BENCH
 
 
+@pytest.fixture
+def led_pages(monkeypatch) -> list[bool]:
+    """Per list page asked from here on, whether a leading filter's rows filled it (False: the list
+    was walked instead; `flywheel.ingest.selectors._led_page`)."""
+    from flywheel.ingest import selectors
+
+    led: list[bool] = []
+    lead_page = selectors._led_page
+
+    def recorded(*args, **kwargs):
+        page = lead_page(*args, **kwargs)
+        led.append(page is not None)
+        return page
+
+    monkeypatch.setattr(selectors, "_led_page", recorded)
+    return led
+
+
 @pytest.fixture(scope="session", autouse=True)
 def media_root(tmp_path_factory) -> Iterator[Path]:
     """Uploaded files go to a temporary folder, shared with worker subprocesses through MEDIA_ROOT."""

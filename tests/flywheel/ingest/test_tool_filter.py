@@ -64,43 +64,27 @@ def _paged(filters: TrajectoryFilters, viewer, *, triage: bool) -> list[str]:
             return shown
 
 
-def _led_pages(monkeypatch) -> list[bool]:
-    """Per page asked, whether the tool's trajectories filled it (False: the list was walked)."""
-    led: list[bool] = []
-    lead_page = selectors._led_page
-
-    def recorded(*args, **kwargs):
-        page = lead_page(*args, **kwargs)
-        led.append(page is not None)
-        return page
-
-    monkeypatch.setattr(selectors, "_led_page", recorded)
-    return led
-
-
 @pytest.mark.parametrize("triage", [False, True], ids=["trajectory list", "triage list"])
 @pytest.mark.parametrize("tool", ["cancel_reservation", "book_reservation", "get_reservation_details"])
-def test_a_list_led_by_its_tool_pages_exactly_as_the_walk(tau_with_ties, monkeypatch, tool, triage):
+def test_a_list_led_by_its_tool_pages_exactly_as_the_walk(tau_with_ties, monkeypatch, tool, triage, led_pages):
     """Led in chunks of 3 trajectories, their places read 5 at a time, and with the outcome filter
     rejecting some of them: every page as the newest-first walk gives it, ties in the same microsecond
     included."""
     monkeypatch.setattr(selectors, "_LEAD_CHUNK", 3)
     monkeypatch.setattr(selectors, "LEAD_ROWS", 600)
     monkeypatch.setattr(selectors, "_PLACES_CHUNK", 5)
-    led = _led_pages(monkeypatch)
     for filters in (TrajectoryFilters(tool=tool), TrajectoryFilters(tool=tool, outcome="failure")):
         expected = _with_tool(tau_with_ties, filters)
         assert len(expected) > 8, "a tool in two pages or fewer proves little"
         assert _paged(filters, tau_with_ties, triage=triage) == expected
-    assert led and all(led)
+    assert led_pages and all(led_pages)
 
 
 @pytest.mark.parametrize(
     ("limit", "value"), [("LEAD_TOOL_STEPS", 5), ("LEAD_TOOL_TRAJECTORIES", 5)], ids=["steps", "trajectories"]
 )
-def test_a_tool_called_too_often_to_lead_is_walked(tau_with_ties, monkeypatch, limit, value):
+def test_a_tool_called_too_often_to_lead_is_walked(tau_with_ties, monkeypatch, limit, value, led_pages):
     monkeypatch.setattr(selectors, limit, value)
-    led = _led_pages(monkeypatch)
     filters = TrajectoryFilters(tool="cancel_reservation")
     assert _paged(filters, tau_with_ties, triage=False) == _with_tool(tau_with_ties, filters)
-    assert led and not any(led)
+    assert led_pages and not any(led_pages)

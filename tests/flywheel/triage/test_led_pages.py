@@ -83,20 +83,6 @@ def _paged(filters: TriageFilters, viewer, size: int) -> list[str]:
             return shown
 
 
-def _led_pages(monkeypatch) -> list[bool]:
-    """Records, per page asked, whether the leading rows filled it (False: it fell back to the walk)."""
-    led: list[bool] = []
-    lead_page = lists._led_page
-
-    def recorded(*args, **kwargs):
-        page = lead_page(*args, **kwargs)
-        led.append(page is not None)
-        return page
-
-    monkeypatch.setattr(lists, "_led_page", recorded)
-    return led
-
-
 FILTERS = [
     TriageFilters(bucket="wrong_tool"),
     TriageFilters(bucket="bad_planning"),
@@ -113,20 +99,18 @@ FILTERS = [
 
 
 @pytest.mark.parametrize("filters", FILTERS, ids=lambda filters: str(filters.to_json()))
-def test_a_led_list_pages_exactly_as_the_walk_across_chunk_boundaries(airline, monkeypatch, filters):
+def test_a_led_list_pages_exactly_as_the_walk_across_chunk_boundaries(airline, monkeypatch, filters, led_pages):
     monkeypatch.setattr(lists, "_LEAD_CHUNK", 3)
     monkeypatch.setattr(lists, "LEAD_ROWS", 300)
-    led = _led_pages(monkeypatch)
     expected = _walked(filters, airline)
     assert expected, "a filter that matches nothing proves nothing"
     assert _paged(filters, airline, size=4) == expected
-    assert led and all(led)
+    assert led_pages and all(led_pages)
 
 
 @pytest.mark.parametrize("feedback", ["up", "down", FEEDBACK_ANY])
-def test_the_trajectory_list_led_by_feedback_pages_exactly_as_the_walk(airline, monkeypatch, feedback):
+def test_the_trajectory_list_led_by_feedback_pages_exactly_as_the_walk(airline, monkeypatch, feedback, led_pages):
     monkeypatch.setattr(lists, "_LEAD_CHUNK", 3)
-    led = _led_pages(monkeypatch)
     filters = TrajectoryFilters(feedback=feedback)
     expected = [
         str(pk)
@@ -142,18 +126,17 @@ def test_the_trajectory_list_led_by_feedback_pages_exactly_as_the_walk(airline, 
         if cursor is None:
             break
     assert shown == expected
-    assert led and all(led)
+    assert led_pages and all(led_pages)
 
 
-def test_when_the_leading_rows_run_out_the_walk_gives_the_page(airline, monkeypatch):
+def test_when_the_leading_rows_run_out_the_walk_gives_the_page(airline, monkeypatch, led_pages):
     """Another agent's filter rejects every leading row: after LEAD_ROWS of them the list is walked."""
     monkeypatch.setattr(lists, "_LEAD_CHUNK", 3)
     monkeypatch.setattr(lists, "LEAD_ROWS", 6)
-    led = _led_pages(monkeypatch)
     filters = TriageFilters(base=TrajectoryFilters(outcome="success"), suggested=NEEDS_REVIEW)
     expected = _walked(filters, airline)
     assert _paged(filters, airline, size=4) == expected
-    assert False in led
+    assert False in led_pages
 
 
 def test_every_leading_row_carries_its_trajectorys_place_in_the_list(airline):
