@@ -47,7 +47,7 @@ def sees_all_agents(user: Viewer) -> bool:
 
 
 def _member_agent_ids(user: Viewer) -> QuerySet[Agent, Any]:
-    """The ids of the agents `user` is a member of, directly or through a team; a subquery, not a list."""
+    """The ids of the agents `user` is a member of, directly or through a team, as a subquery."""
     if not user.is_authenticated:
         return Agent.objects.none().values("pk")
     return Agent.objects.filter(Q(members=user) | Q(teams__user=user)).values("pk")
@@ -61,10 +61,14 @@ def visible_agents(user: Viewer) -> QuerySet[Agent]:
 
 
 def agents_filter(user: Viewer, field: str = "agent") -> Q:
-    """A filter on `field` (a foreign key to Agent, or a path to one) keeping the rows `user` may see."""
+    """A filter on `field` (a foreign key to Agent, or a path to one) keeping the rows `user` may see.
+
+    The agents are read here, one small query, and the filter holds their ids: as a subquery,
+    PostgreSQL joined the memberships again for every row a list walks (at a million trajectories,
+    half of a 140 ms walk of 10,000 rows)."""
     if sees_all_agents(user):
         return Q()
-    return Q(**{f"{field}__in": _member_agent_ids(user)})
+    return Q(**{f"{field}__in": list(_member_agent_ids(user).values_list("pk", flat=True))})
 
 
 def agent_names_filter(user: Viewer, field: str = "agent_name") -> Q:
