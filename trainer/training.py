@@ -198,7 +198,7 @@ def heldout_limit(setup: Setup[ConfigT], answers: Lengths) -> ConfigT:
 
 
 def checkpointing(config: TrainingConfig, device: str) -> bool:
-    """Gradient checkpointing as set, or on a GPU only (on a CPU it costs a forward pass and saves nothing needed)."""
+    """Gradient checkpointing as set, or on a GPU only (on a CPU it costs a forward pass; long sequences need it)."""
     return config.gradient_checkpointing if config.gradient_checkpointing is not None else device.startswith("cuda")
 
 
