@@ -106,11 +106,17 @@ def _tool_filter(tool: str) -> Q:
     """The trajectories with a step calling `tool`. A rare tool's few trajectories are looked up by id: the
     newest-first walk with a per-row test would read every trajectory before finding that none (or few) match.
     Up to RARE_TOOL_STEPS of its steps are read from the (tool_name, trajectory) index to tell."""
-    steps = Step.objects.filter(tool_name=tool).order_by().values_list("trajectory_id", flat=True)
-    calls = list(steps[: RARE_TOOL_STEPS + 1])
+    calls = _calling_trajectories(tool, RARE_TOOL_STEPS + 1)
     if len(calls) <= RARE_TOOL_STEPS:
         return Q(pk__in=set(calls))
     return Q(Exists(Step.objects.filter(trajectory=OuterRef("pk"), tool_name=tool)))
+
+
+def _calling_trajectories(tool: str, steps: int) -> list[UUID]:
+    """The trajectory of each of the first `steps` steps calling `tool` (repeats kept), from the
+    (tool_name, trajectory) index; unordered: Step's default ordering would join every trajectory."""
+    calls = Step.objects.filter(tool_name=tool).order_by().values_list("trajectory_id", flat=True)
+    return list(calls[:steps])
 
 
 def trajectory_page(
@@ -175,8 +181,7 @@ class ToolLead:
 
     @cached_property
     def _places(self) -> list[Cursor] | None:
-        steps = Step.objects.filter(tool_name=self.tool).order_by().values_list("trajectory_id", flat=True)
-        called_in = list(steps[: LEAD_TOOL_STEPS + 1])
+        called_in = _calling_trajectories(self.tool, LEAD_TOOL_STEPS + 1)
         ids = list(set(called_in))
         if len(called_in) > LEAD_TOOL_STEPS or len(ids) > LEAD_TOOL_TRAJECTORIES:
             return None
