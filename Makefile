@@ -9,6 +9,9 @@ TORCH_SPEC ?= torch==2.13.0
 TEST_DATABASE_URL ?= postgres://postgres:postgres@127.0.0.1:5432/flywheel
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
+# pytest-xdist workers: the suite spends much of its time waiting on subprocesses (Celery workers, vLLM,
+# Chromium), so two keep two cores busy; 0 runs it in one process.
+TEST_WORKERS ?= 2
 # vLLM's CPU build pins torch 2.13.0+cpu and its own transformers, so it gets a virtualenv of its own;
 # jobs whose backend is vllm run there (TRAINER_VLLM_COMMAND), and tests/vllm drive it.
 VLLM_VENV := .venv-vllm
@@ -58,7 +61,7 @@ lint: install
 
 test: install services chromium vllm lint
 	DATABASE_URL="$(TEST_DATABASE_URL)" CELERY_BROKER_URL="$(TEST_BROKER_URL)" \
-		$(PY) -m pytest $(PYTEST_ARGS)
+		$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf var static/vendor $(VLLM_VENV)

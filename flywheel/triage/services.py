@@ -21,9 +21,11 @@ from datetime import timedelta
 from typing import Any, cast
 from uuid import UUID
 
+from django.apps import apps as global_apps
+from django.apps.registry import Apps
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Substr
 from django.utils import timezone
@@ -40,6 +42,7 @@ from flywheel.ingest.models import Step, Trajectory
 from flywheel.triage import selectors
 from flywheel.triage.guardrails import GuardrailSettings, GuardrailSettingsError, rule_ids
 from flywheel.triage.models import (
+    BUILT_IN_BUCKETS,
     AgentPolicy,
     Bucket,
     BucketAssignment,
@@ -79,6 +82,31 @@ def _chunks(ids: Iterable[UUID | str], size: int = CHUNK) -> Iterator[list[UUID 
 
 
 # --- suggestions ---------------------------------------------------------------------------
+
+
+def on_post_migrate(sender: object, apps: Apps = global_apps, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
+    """After `migrate`, and after `flush` (which empties every table and then emits post_migrate, as Django
+    relies on for its content types and permissions): the built-in buckets exist again."""
+    try:
+        apps.get_model("triage", "Bucket")
+    except LookupError:  # migrated back to before the buckets' table
+        return
+    buckets_built_in_ensure(apps=apps, using=using)
+
+
+def buckets_built_in_ensure(*, apps: Apps = global_apps, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Create the guide's buckets that are missing (ones that exist keep a team's edits); how many were.
+    `apps` may be a migration's registry."""
+    bucket_model = apps.get_model("triage", "Bucket")
+    slugs = [slug for slug, *_ in BUILT_IN_BUCKETS]
+    existing = set(bucket_model.objects.using(using).filter(slug__in=slugs).values_list("slug", flat=True))
+    missing = [
+        bucket_model(slug=slug, name=name, description=description, colour=colour, built_in=True, position=position)
+        for position, (slug, name, description, colour) in enumerate(BUILT_IN_BUCKETS, start=1)
+        if slug not in existing
+    ]
+    bucket_model.objects.using(using).bulk_create(missing)
+    return len(missing)
 
 
 def on_trajectories_stored(sender: object, trajectory_ids: list[UUID], **kwargs: Any) -> None:
