@@ -149,10 +149,12 @@ class DpoRecipe:
         # TRL cuts a sequence at max_length from the right: a cut pair compares the answers' beginnings only.
         self.rendered = [render_pair(pair, tokenizer) for pair in self.pairs]
         config = setup.config
-        limit = checked_limit(sequence_lengths(self.rendered, tokenizer), knob="max_length", limit=config.max_length,
+        sequences = sequence_lengths(self.rendered, tokenizer)
+        limit = checked_limit(sequences, knob="max_length", limit=config.max_length,
                               max_cut_share=config.max_truncated_share, events=setup.events)
         refuse_empty_examples(prompt_lengths(self.rendered, tokenizer), limit=limit, events=setup.events)
-        return dataclasses.replace(config, max_length=limit)
+        longest = min(max(sequences.counts, default=0), limit)
+        return training.checkpointing_for_length(dataclasses.replace(config, max_length=limit), longest, setup.events)
 
     def answer_lengths(self, setup: training.Setup[DpoConfig], tokenizer: Any) -> Lengths:
         return chosen_lengths(self.rendered, tokenizer)

@@ -34,7 +34,7 @@ from trainer.evaluate import execution_environment
 from trainer.grpo_episodes import EpisodeRollout
 from trainer.jobs import EventStream, StopFlag
 from trainer.judge import judge_groups, judge_items
-from trainer.lengths import answer_tokens, checked_limit
+from trainer.lengths import answer_tokens, checked_limit, longest_prompt
 from trainer.parsing import parse_tool_calls
 from trainer.prompts import render_prompt
 from trainer.rollout import Runtime, open_runtime
@@ -331,7 +331,12 @@ class GrpoRecipe(training.TaskInput):
         answers = answer_tokens(setup.tasks, tokenizer, config.max_turns > 1)
         limit = checked_limit(answers, knob="max_completion_length", limit=config.max_completion_length,
                               max_cut_share=config.max_truncated_share, events=setup.events)
-        return dataclasses.replace(config, max_completion_length=limit)
+        budget = config.episode_budget(limit)
+        # An episode's sequence is its prompt and every answer after it (and the observations, not counted here).
+        longest = longest_prompt(setup.tasks, tokenizer) + (budget.max_tokens if budget is not None else limit)
+        return training.checkpointing_for_length(
+            dataclasses.replace(config, max_completion_length=limit), longest, setup.events
+        )
 
     def build(self, run: training.TrainingRun[GrpoConfig]) -> training.Built:
         config, reward = run.config, self.reward

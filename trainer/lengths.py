@@ -74,6 +74,11 @@ def prompt_tokens(tasks: Sequence[Task], tokenizer: Any) -> Lengths:
     return Lengths("prompts", [_count(tokenizer, render_prompt(task, tokenizer)) for task in _with_answers(tasks)])
 
 
+def longest_prompt(tasks: Sequence[Task], tokenizer: Any) -> int:
+    """Tokens of the longest prompt among all `tasks` (GRPO samples answers to every one)."""
+    return max((_count(tokenizer, render_prompt(task, tokenizer)) for task in tasks), default=0)
+
+
 def episode_tokens(examples: Sequence[Mapping[str, Sequence[int]]]) -> Lengths:
     """Tokens of each pre-tokenized reference episode: what an episode SFT example holds."""
     return Lengths("reference episodes", [len(example["input_ids"]) for example in examples])

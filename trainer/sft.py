@@ -139,7 +139,8 @@ class SftRecipe(training.TaskInput):
         limit = checked_limit(whole, knob="max_length", limit=config.max_length,
                               max_cut_share=config.max_truncated_share, events=setup.events)
         refuse_empty_examples(prompts, limit=limit, events=setup.events)
-        return dataclasses.replace(config, max_length=limit)
+        longest = min(max(whole.counts, default=0), limit)
+        return training.checkpointing_for_length(dataclasses.replace(config, max_length=limit), longest, setup.events)
 
     def build(self, run: training.TrainingRun[SftConfig]) -> training.Built:
         rows: Sequence[dict[str, Any]] = (

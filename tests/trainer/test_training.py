@@ -85,6 +85,21 @@ def test_sft_changes_the_adapter_and_leaves_the_base_weights(tmp_path, capfd, mo
     assert trained["model"].is_activation_checkpointing is checkpointing
 
 
+@pytest.mark.parametrize(("max_length", "checkpointing"), [(600, False), (3200, True)])
+def test_gradient_checkpointing_left_null_turns_on_for_sequences_past_1024_tokens(
+    tmp_path, capfd, monkeypatch, max_length, checkpointing
+):
+    # The two WorkBench examples hold 3,190 tokens; a max_length of 600 cuts them to 600.
+    trained = spy_on_final_model(monkeypatch)
+    spec = spec_file(tmp_path, "sft", max_length=max_length, gradient_checkpointing=None, max_truncated_share=1.0)
+    code, events = run_in_process("sft", spec, capfd)
+    assert code == 0, events[-1]
+    assert trained["model"].is_activation_checkpointing is checkpointing
+    said = [e["message"] for e in events if e["event"] == "log" and e["message"].startswith("gradient_checkpointing")]
+    assert said == ([f"gradient_checkpointing on (null): sequences of up to {3190} tokens, past 1024, where "
+                     "attention's memory grows with the square of their length"] if checkpointing else [])
+
+
 def test_grpo_reports_rewards_per_component_held_out_metrics_samples_and_checkpoints(tmp_path, capfd):
     code, events = run_in_process("grpo", spec_file(tmp_path, "grpo"), capfd)
     assert code == 0, events[-1]

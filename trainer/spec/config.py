@@ -136,8 +136,8 @@ class TrainingConfig:
         "help": "Save a checkpoint every this many steps; 0 for only the final adapter."})
     gradient_checkpointing: bool | None = field(default=None, metadata={
         "help": "Recompute activations in the backward pass: less memory for one more forward pass; null: on a "
-                "GPU only. On a CPU it costs time, but turn it on for long sequences: attention's memory grows with "
-                "their square (GRPO over 1,400-token prompts, 4 generations, passed 23 GB without it)."})
+                "GPU, and on a CPU when a sequence may pass 1,024 tokens (attention's memory grows with the square "
+                "of its length: GRPO over 1,400-token prompts, 4 generations, passed 23 GB without it)."})
     max_truncated_share: float = field(default=0.02, metadata={
         "help": "Refuse to start when the length limits would cut more than this share of the train tasks' "
                 "reference answers (a cut answer cannot be right)."})
