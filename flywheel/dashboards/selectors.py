@@ -83,8 +83,9 @@ def dashboard_counts_by_agent(*, days: int = DASHBOARD_DAYS) -> dict[UUID, dict[
             "days": {},
         }  # fmt: skip
     )
+    # Over columns of the index that covers the count only (an id would send it to the table).
     per_version = Trajectory.objects.values("agent_id", "model_version").annotate(
-        failures=Count("pk", filter=Q(outcome=Outcome.FAILURE)), total=Count("pk")
+        failures=Count("outcome", filter=Q(outcome=Outcome.FAILURE)), total=Count("*")
     )
     for row in per_version.order_by():
         agent = counts[row["agent_id"]]
