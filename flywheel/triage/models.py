@@ -10,7 +10,8 @@ from django.db import models
 from flywheel.core.models import Agent, TimestampedModel
 from flywheel.ingest.models import Trajectory
 
-# The guide's failure modes, in its order; created by a data migration and never deleted.
+# The guide's failure modes, in its order; created by a data migration (again after a flush:
+# `services.on_post_migrate`) and never deleted.
 BUILT_IN_BUCKETS: list[tuple[str, str, str, str]] = [
     ("format_error", "Format error", "Malformed output or tool call: invalid JSON, missing arguments.", "#e8590c"),
     ("wrong_tool", "Wrong tool", "A tool was called that does not serve the request.", "#f59f00"),

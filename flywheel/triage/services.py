@@ -81,7 +81,7 @@ def _chunks(ids: Iterable[UUID | str], size: int = CHUNK) -> Iterator[list[UUID 
         yield chunk
 
 
-# --- suggestions ---------------------------------------------------------------------------
+# --- the built-in buckets ------------------------------------------------------------------
 
 
 def on_post_migrate(sender: object, apps: Apps = global_apps, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
@@ -107,6 +107,9 @@ def buckets_built_in_ensure(*, apps: Apps = global_apps, using: str = DEFAULT_DB
     ]
     bucket_model.objects.using(using).bulk_create(missing)
     return len(missing)
+
+
+# --- suggestions ---------------------------------------------------------------------------
 
 
 def on_trajectories_stored(sender: object, trajectory_ids: list[UUID], **kwargs: Any) -> None:
