@@ -1,22 +1,26 @@
 """Where each page's time goes on a generated database: its queries, their time, the slowest one's plan.
 
     python -m bench.load.explain postgres://postgres:postgres@127.0.0.1:5432/flywheel_load [--plans]
-        [--text WORD ...] [--tool NAME ...] [--repeat 3]
+        [--text WORD ...] [--tool NAME ...] [--repeat 3] [--profile 15]
 
 Renders the load test's pages in-process (Django's test client, signed in as a load reviewer, a
 member of every agent like most users) against a database `generate.py` filled, and prints per
 page: the queries it ran, their total time, the wall time of the whole render, and with `--plans`
-the slowest query's EXPLAIN (ANALYZE, BUFFERS). `--text` adds the trajectory and triage lists
-searched for that text, `--tool` those filtered by that tool; `--repeat` renders each page that many
-times and prints the median.
+the slowest query's EXPLAIN (ANALYZE, BUFFERS), with `--profile N` the N functions that took most
+of the last render's own time (cProfile: where the wall time beyond the SQL goes). `--text` adds
+the trajectory and triage lists searched for that text, `--tool` those filtered by that tool;
+`--repeat` renders each page that many times and prints the median.
 Quieter than the locust run on a busy machine: no HTTP, no concurrency, the same SQL.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import time
 from datetime import date, timedelta
 from pathlib import Path
@@ -81,6 +85,7 @@ def main() -> None:
     parser.add_argument("--text", action="append", default=[], help="also the lists searched for this text")
     parser.add_argument("--tool", action="append", default=[], help="also the lists filtered by this tool")
     parser.add_argument("--repeat", type=int, default=1, help="renders per page; the median is printed")
+    parser.add_argument("--profile", type=int, default=0, help="print the N functions with most own time")
     args = parser.parse_args()
     os.environ.setdefault("DEBUG", "false")
     django_setup(args.url)
@@ -96,10 +101,16 @@ def main() -> None:
         if args.only not in name:
             continue
         renders = []
-        for _ in range(args.repeat):
+        profile = cProfile.Profile()
+        for attempt in range(args.repeat):
+            profiled = args.profile and attempt == args.repeat - 1
             started = time.perf_counter()
             with CaptureQueriesContext(connection) as queries:
+                if profiled:
+                    profile.enable()
                 status = client.get(path).status_code
+                if profiled:
+                    profile.disable()
             renders.append((1000 * (time.perf_counter() - started), list(queries.captured_queries)))
         wall = median(render[0] for render in renders)
         timed = sorted(renders[-1][1], key=lambda query: float(query["time"]), reverse=True)
@@ -108,11 +119,21 @@ def main() -> None:
             f"{name:<34} {status} {len(timed):>3} queries {sql_ms:>8.1f} ms SQL {wall:>8.1f} ms wall"
             f"  slowest {1000 * float(timed[0]['time']) if timed else 0:.1f} ms"
         )
+        if args.profile:
+            print(_hot_functions(profile, args.profile))
         if args.plans and timed:
             with connection.cursor() as cursor:
                 cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {timed[0]['sql']}")
                 print("    " + timed[0]["sql"][:600])
                 print("\n".join(f"    {row[0]}" for row in cursor.fetchall()))
+
+
+def _hot_functions(profile: cProfile.Profile, count: int) -> str:
+    """The `count` functions with the most own time in `profile`, indented under the page's line."""
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(count)
+    table = out.getvalue().split("ncalls", 1)[-1]
+    return "\n".join(f"    {line}" for line in ("ncalls" + table).rstrip().splitlines())
 
 
 if __name__ == "__main__":
