@@ -8,8 +8,10 @@ to 127.0.0.1) and one Celery worker on the `default` queue with beat (the sugges
 rules that follow ingestion run there, and beat's recount of the count summaries every
 SUMMARY_REFRESH_SECONDS, as in production), waits for `/healthz`, runs locust headless
 for `--run-time` (CSV under `--out`), stops everything and prints p50/p95/p99 per page, the
-error rate, ingest throughput while the users browsed, and the database's size before and
-after. The ingest API's rate limit is raised for the run (one token posts every batch).
+error rate, ingest throughput while the users browsed, the database's size before and after,
+and, where PostgreSQL loads `pg_stat_statements` (`shared_preload_libraries`), the statements
+that took most of its time during the run. The ingest API's rate limit is raised for the run (one
+token posts every batch).
 
 Not covered: a remote app (127.0.0.1 only), TLS, several web hosts.
 """
@@ -52,6 +54,36 @@ def _size(conn: psycopg.Connection) -> int:
     row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _statements_reset(url: str) -> bool:
+    """Start counting statements afresh; False where PostgreSQL was not started with pg_stat_statements."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SHOW shared_preload_libraries").fetchone()
+        if row is None or "pg_stat_statements" not in row[0]:
+            return False
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+        return True
+
+
+def _statements_report(url: str, count: int = 12) -> str:
+    """The `count` statements with the most execution time since the reset, with their share of all."""
+    this_database = "dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    with psycopg.connect(url) as conn:
+        summed = conn.execute(f"SELECT sum(total_exec_time) FROM pg_stat_statements WHERE {this_database}").fetchone()
+        total = float(summed[0] or 0) if summed else 0.0
+        rows = conn.execute(
+            f"SELECT total_exec_time, calls, query FROM pg_stat_statements WHERE {this_database} "
+            "ORDER BY total_exec_time DESC LIMIT %s",
+            [count],
+        ).fetchall()
+    lines = [f"PostgreSQL execution time: {total / 1000:.0f} s in all; the statements that took most:"]
+    for spent, calls, query in rows:
+        text = " ".join(query.split())
+        lines.append(f"  {spent / 1000:7.1f} s {100 * spent / max(total, 1e-9):5.1f}% {calls:>7} calls "
+                     f"{spent / max(calls, 1):8.1f} ms each  {text[:160]}")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _app_env(url: str, broker: str) -> dict[str, str]:
@@ -211,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     ingest_out = args.out / "ingest.json"
     try:
         _wait_healthy(base)
+        counting = _statements_reset(args.url)
         shares = CpuShares()
         shares.start()
         locust_env = {**env, "LOAD_CREDENTIALS": str(args.credentials), "LOAD_INGEST_OUT": str(ingest_out)}
@@ -231,6 +264,11 @@ def main(argv: list[str] | None = None) -> None:
     rows, total = _figures(args.out / "load_stats.csv")
     ingest = json.loads(ingest_out.read_text()) if ingest_out.exists() else {}
     print(_report(rows, total, ingest, (before, after), shares.seconds))
+    print(
+        _statements_report(args.url)
+        if counting
+        else "(start PostgreSQL with shared_preload_libraries = 'pg_stat_statements' to see where its time goes)"
+    )
 
 
 if __name__ == "__main__":
