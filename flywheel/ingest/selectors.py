@@ -28,10 +28,8 @@ from flywheel.core.selectors import agent_names_filter, agents_filter, sees_all_
 from flywheel.ingest.models import Feedback, Step, Trajectory, Upload
 
 FEEDBACK_ANY = "any"
-# How many of the newest rows a text search reads before it turns to the index (`_text_page`), and
-# how many of the newest trajectories the index is then searched among before all of them.
+# How many of the newest rows a text search reads before it turns to the trigram index (keyset_page).
 TEXT_PROBE_ROWS = 500
-TEXT_WINDOW_ROWS = 20_000
 # A tool called in at most this many steps is filtered by its trajectories' ids (`_tool_filter`).
 RARE_TOOL_STEPS = 1000
 # A search text of letters, digits, underscores and spaces only is a word search (`text_match`).
@@ -233,7 +231,7 @@ def keyset_page(
     ordered = rows.order_by("-ingested_at", "-id")
     page = None
     if text:
-        page = _text_page(ordered, text=text, after=after, size=size)
+        page = _text_page(ordered, text=text, size=size)
     elif lead is not None:
         page = _led_page(ordered, lead=lead, after=after, size=size)
     if page is None:
@@ -268,44 +266,23 @@ def _led_page(ordered: QuerySet[Trajectory], *, lead: Lead, after: Cursor | None
     return None
 
 
-def _text_page(ordered: QuerySet[Trajectory], *, text: str, after: Cursor | None, size: int) -> list[Trajectory]:
-    """The first `size + 1` of `ordered` (every filter, after `after`) matching `text`, found in three
-    widening reaches: the newest TEXT_PROBE_ROWS rows read one by one, then the index among the newest
-    TEXT_WINDOW_ROWS trajectories, then the index among all.
+def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[Trajectory]:
+    """The first `size + 1` of `ordered` matching `text`: among the newest TEXT_PROBE_ROWS rows first.
 
-    A common text fills the page from the first reach. Through the index alone PostgreSQL rereads every
-    row holding the text when it misjudges how many there are, which the trigram index cannot tell: a
-    second for a substring in 4% of a million trajectories. The window bounds that reread to its
-    rows for a text that is neither common nor rare; a rarer text reaches the whole index, which then
-    hands over few rows. Every reach gives the same page: all of a reach's rows are newer than any
-    row outside it, so the newest matches in it are the newest of all once they fill the page.
+    A common word or substring fills the page from those rows. Through an index PostgreSQL would
+    reread every row holding it when it misjudges how many there are (the trigram index cannot tell):
+    seconds for a substring in half the trajectories. A rarer text falls back to the index, which
+    then hands over few rows. Both give the same page: the newest rows are all read before any
+    older one could be listed.
     """
     newest = list(ordered.values_list("ingested_at", flat=True)[:TEXT_PROBE_ROWS])
     if not newest:
         return []
-    page: list[Trajectory] = list(
-        ordered.filter(text_match(text, indexed=False), ingested_at__gte=newest[-1])[: size + 1]
-    )
-    if len(page) > size or len(newest) < TEXT_PROBE_ROWS:  # full, or the probe read every row there is
-        return page
-    start = _window_start(after)
-    if start is not None:
-        page = list(ordered.filter(text_match(text), ingested_at__gte=start)[: size + 1])
-        if len(page) > size:
-            return page
-    return list(ordered.filter(text_match(text))[: size + 1])
-
-
-def _window_start(after: Cursor | None) -> datetime | None:
-    """When the TEXT_WINDOW_ROWS-th newest trajectory after `after` was ingested, of every agent's (a
-    bound in time, read from the list's index alone); None when there are fewer."""
-    rows = Trajectory.objects.all()
-    if after is not None:
-        rows = rows.filter(Q(ingested_at__lt=after.ingested_at) | Q(ingested_at=after.ingested_at, id__lt=after.id))
-    found = rows.order_by("-ingested_at", "-id").values_list("ingested_at", flat=True)[
-        TEXT_WINDOW_ROWS - 1 : TEXT_WINDOW_ROWS
-    ]
-    return next(iter(found), None)
+    probe = ordered.filter(text_match(text, indexed=False), ingested_at__gte=newest[-1])
+    page: list[Trajectory] = list(probe[: size + 1])
+    if len(page) <= size and len(newest) == TEXT_PROBE_ROWS:  # fewer rows than that: the probe read them all
+        page = list(ordered.filter(text_match(text))[: size + 1])
+    return page
 
 
 def text_match(text: str, *, indexed: bool = True) -> Q:

@@ -158,40 +158,21 @@ def test_a_queue_by_text_holds_the_rows_the_list_finds(make_user):
     assert sorted((m.trajectory.external_id, m.by_filter) for m in waiting) == [("t0", True), ("t2", True)]
 
 
-@pytest.mark.parametrize(("probe_rows", "window_rows"), [(2, 5), (3, 8), (2, 40), (500, 20_000)])
-def test_a_text_pages_newest_first_whichever_reach_fills_the_page(viewer, monkeypatch, probe_rows, window_rows):
-    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", probe_rows)
-    monkeypatch.setattr(selectors, "TEXT_WINDOW_ROWS", window_rows)
-    _stored(30, matching=lambda n: n % 4 == 1 or n < 3)
-    expected = [f"t{n:02d}" for n in range(29, -1, -1) if n % 4 == 1 or n < 3]
-    for text in ("refund", '"refund issued"'):  # a word, and a substring through the trigram index
-        pages = _pages(viewer, text, 3)
-        assert sum(pages, []) == expected
-        assert all(len(page) == 3 for page in pages[:-1])
-
-
-def _searches_of_page(viewer, text: str, after: Cursor | None) -> tuple[int, Cursor | None]:
-    """How many queries one page ran that test the text, and the next page's cursor."""
+def _searches_of_page(viewer, text: str) -> int:
+    """How many queries the first page ran that test the text."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
-        _, following = trajectory_page(filters=TrajectoryFilters(text=text), viewer=viewer, after=after, size=2)
-    return sum(1 for query in queries if text in query["sql"]), following
+        trajectory_page(filters=TrajectoryFilters(text=text), viewer=viewer, after=None, size=2)
+    return sum(1 for query in queries if text in query["sql"])
 
 
-def test_a_text_the_window_holds_never_searches_the_whole_index_on_any_page(viewer, monkeypatch):
-    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 2)
-    monkeypatch.setattr(selectors, "TEXT_WINDOW_ROWS", 9)
-    texts = {1: "ancient refusal", 2: "ancient refusal"} | {n: "refund issued" for n in range(0, 24, 3)}
-    store([native(f"t{n:02d}", final_result=texts.get(n, "done")) for n in range(24)])
-    # One in three: no probe of 2 rows fills a page of 2 (it takes 3 rows), every window of 9 does:
-    # the probe and the window are searched, never the whole index. A window that ignored the cursor
-    # would hold nothing after the first page, and the whole index would be searched too (three).
-    first, after = _searches_of_page(viewer, "refund", None)
-    second, after = _searches_of_page(viewer, "refund", after)
-    third, _ = _searches_of_page(viewer, "refund", after)
-    assert (first, second, third) == (2, 2, 2)
-    # A text only in rows older than the window reaches the whole index, and finds them.
-    assert _searches_of_page(viewer, "ancient", None)[0] == 3
-    assert _pages(viewer, "ancient", 2) == [["t02", "t01"]]
+def test_a_text_in_fewer_rows_than_the_probe_reads_is_searched_once(viewer, monkeypatch):
+    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 5)
+    store([native(f"t{n}", final_result="refund issued" if n == 0 else "done") for n in range(4)])
+    assert _searches_of_page(viewer, "refund") == 1  # four rows, all probed: the index has nothing more
+    assert _pages(viewer, "refund", 2) == [["t0"]]
+    store([native(f"t{n}", final_result="done") for n in (4, 5)])
+    assert _searches_of_page(viewer, "refund") == 2  # six: the oldest was not probed, the index is searched
+    assert _pages(viewer, "refund", 2) == [["t0"]]
