@@ -165,7 +165,7 @@ def _searches_of_page(viewer, text: str) -> int:
 
     with CaptureQueriesContext(connection) as queries:
         trajectory_page(filters=TrajectoryFilters(text=text), viewer=viewer, after=None, size=2)
-    return sum(1 for query in queries if text in query["sql"])
+    return sum(1 for query in queries if text.strip('"') in query["sql"])
 
 
 def test_a_text_in_fewer_rows_than_the_probe_reads_is_searched_once(viewer, monkeypatch):
@@ -176,3 +176,28 @@ def test_a_text_in_fewer_rows_than_the_probe_reads_is_searched_once(viewer, monk
     store([native(f"t{n}", final_result="done") for n in (4, 5)])
     assert _searches_of_page(viewer, "refund") == 2  # six: the oldest was not probed, the index is searched
     assert _pages(viewer, "refund", 2) == [["t0"]]
+
+
+@pytest.mark.parametrize(("probe_rows", "substring_rows"), [(2, 4), (2, 9), (3, 40), (500, 5000)])
+def test_a_substring_pages_newest_first_whichever_probe_fills_the_page(viewer, monkeypatch, probe_rows, substring_rows):
+    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", probe_rows)
+    monkeypatch.setattr(selectors, "SUBSTRING_PROBE_ROWS", substring_rows)
+    _stored(30, matching=lambda n: n % 4 == 1 or n < 3)
+    expected = [f"t{n:02d}" for n in range(29, -1, -1) if n % 4 == 1 or n < 3]
+    for text in ('"refund issued"', "refund"):  # the substring's two probes, the word's one
+        pages = _pages(viewer, text, 3)
+        assert sum(pages, []) == expected
+        assert all(len(page) == 3 for page in pages[:-1])
+
+
+def test_a_substring_the_wider_probe_holds_never_searches_the_trigram_index(viewer, monkeypatch):
+    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 2)
+    monkeypatch.setattr(selectors, "SUBSTRING_PROBE_ROWS", 9)
+    texts = {1: "ancient refusal", 2: "ancient refusal"} | {n: "refund issued" for n in range(0, 24, 3)}
+    store([native(f"t{n:02d}", final_result=texts.get(n, "done")) for n in range(24)])
+    # One row in three: the 2 newest never fill a page of 2 (it takes 3 rows), the 9 newest do.
+    assert _searches_of_page(viewer, '"refund"') == 2  # both probes, not the index
+    assert _searches_of_page(viewer, "refund") == 2  # a word: one probe, then its index
+    # A substring only in rows older than both probes reaches the index, and finds them.
+    assert _searches_of_page(viewer, '"ancient"') == 3
+    assert _pages(viewer, '"ancient"', 2) == [["t02", "t01"]]
