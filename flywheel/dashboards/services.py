@@ -10,17 +10,22 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from flywheel.core.services import summaries_store
+from flywheel.core.services import recount_once, summaries_store
 from flywheel.dashboards.selectors import DASHBOARD_KIND, dashboard_counts_by_agent
 from flywheel.monitoring.services import monitor_summaries_recount
 from flywheel.triage.services import queue_summaries_recount
 
 
 def dashboard_summaries_recount() -> None:
-    """Recount the home page's and dashboards' counts of every agent, in one transaction."""
-    with transaction.atomic():
-        counted_at = timezone.now()
-        summaries_store(kind=DASHBOARD_KIND, counts=dashboard_counts_by_agent(), counted_at=counted_at)
+    """Recount the home page's and dashboards' counts of every agent, in one transaction; once at a time
+    (`recount_once`: a recount already running is waited for)."""
+
+    def recount() -> None:
+        with transaction.atomic():
+            counted_at = timezone.now()
+            summaries_store(kind=DASHBOARD_KIND, counts=dashboard_counts_by_agent(), counted_at=counted_at)
+
+    recount_once(DASHBOARD_KIND, recount)
 
 
 def summaries_recount() -> int:

@@ -37,7 +37,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from flywheel.core.models import Agent
-from flywheel.core.services import Actor, actor_user, audit_record, summaries_store
+from flywheel.core.services import Actor, actor_user, audit_record, recount_once, summaries_store
 from flywheel.datasets.conversion import steps_messages
 from flywheel.ingest.models import Step, Trajectory
 from flywheel.monitoring import scorers, selectors
@@ -452,12 +452,17 @@ def monitor_sweep() -> int:
 
 def monitor_summaries_recount(*, agents: Iterable[Agent] | None = None) -> int:
     """Recount the monitor pages' summaries (of every agent by default; beat's `summaries_recount`), each
-    agent's in its own transaction. Returns how many agents were recounted."""
+    agent's in its own transaction and once at a time (`recount_once`: a recount of that agent's already
+    running is waited for). Returns how many agents were recounted."""
     recounted = 0
     for agent in Agent.objects.all() if agents is None else agents:
-        with transaction.atomic():
-            now = timezone.now()
-            counts = {agent.pk: selectors.monitor_counts(agent=agent, now=now)}
-            summaries_store(kind=selectors.MONITOR_KIND, counts=counts, counted_at=now, agent_ids=[agent.pk])
+
+        def recount(agent: Agent = agent) -> None:
+            with transaction.atomic():
+                now = timezone.now()
+                counts = {agent.pk: selectors.monitor_counts(agent=agent, now=now)}
+                summaries_store(kind=selectors.MONITOR_KIND, counts=counts, counted_at=now, agent_ids=[agent.pk])
+
+        recount_once(f"{selectors.MONITOR_KIND}:{agent.pk}", recount)
         recounted += 1
     return recounted

@@ -33,7 +33,7 @@ from django.utils.text import slugify
 
 from flywheel.core.models import Agent, CountSummary
 from flywheel.core.selectors import SYSTEM_READER
-from flywheel.core.services import audit_record, summaries_drop, summaries_store
+from flywheel.core.services import audit_record, recount_once, summaries_drop, summaries_store
 from flywheel.datasets.conversion import agent_turn, conversation_before, step_source_ref, turn_message
 from flywheel.datasets.models import PairSource, SourceKind, Split
 from flywheel.datasets.pairs import call_message, text_message, trl_message
@@ -644,14 +644,19 @@ def queue_item_remove(*, actor: User, queue: Queue, trajectory: Trajectory) -> Q
 
 def queue_summaries_recount(*, queue_ids: Sequence[int] | None = None) -> int:
     """Recount the queues' summaries (all queues by default; beat's `summaries_recount`), and forget those of
-    deleted queues. Each is counted in its own transaction, so it is one consistent count. Returns how many."""
+    deleted queues. Each is counted in its own transaction, so it is one consistent count, and once at a
+    time (`recount_once`: a recount of it already running is waited for). Returns how many."""
     queues = Queue.objects.all() if queue_ids is None else Queue.objects.filter(pk__in=queue_ids)
     recounted = 0
     for queue in queues:
-        with transaction.atomic():
-            counted_at = timezone.now()
-            summaries_store(kind=selectors.queue_summary_kind(queue.pk), counts=selectors.queue_counts_by_agent(queue),
-                            counted_at=counted_at)  # fmt: skip
+        kind = selectors.queue_summary_kind(queue.pk)
+
+        def recount(queue: Queue = queue, kind: str = kind) -> None:
+            with transaction.atomic():
+                counted_at = timezone.now()
+                summaries_store(kind=kind, counts=selectors.queue_counts_by_agent(queue), counted_at=counted_at)
+
+        recount_once(kind, recount)
         recounted += 1
     if queue_ids is None:
         kept = [selectors.queue_summary_kind(pk) for pk in Queue.objects.values_list("pk", flat=True)]
