@@ -280,13 +280,12 @@ def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[T
     older one could be listed.
     """
     reaches = (TEXT_PROBE_ROWS,) if _is_word_search(text) else (TEXT_PROBE_ROWS, SUBSTRING_PROBE_ROWS)
-    page: list[Trajectory] = []
     for rows in reaches:
         probe = ordered.filter(text_match(text, indexed=False))
         bound = _nth_ingested_at(ordered, rows)
         if bound is not None:
             probe = probe.filter(ingested_at__gte=bound)
-        page = list(probe[: size + 1])
+        page: list[Trajectory] = list(probe[: size + 1])
         if len(page) > size or bound is None:  # full, or the probe read every row there is
             return page
     return list(ordered.filter(text_match(text))[: size + 1])
