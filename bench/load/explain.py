@@ -44,6 +44,7 @@ def pages(credentials: dict, texts: list[str], tools: list[str]) -> list[tuple[s
         ("since", f"since={(today - timedelta(days=30)).isoformat()}"),
         ("until", f"until={(today - timedelta(days=60)).isoformat()}"),
         ("text", "q=baggage"),
+        ("substring", urlencode({"q": '"gold member"'})),
         ("feedback", "feedback=down"),
     ]
     triage = [
