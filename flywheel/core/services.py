@@ -309,18 +309,38 @@ def recount_once(key: str, recount: Callable[[], object]) -> bool:
     recount, not twenty: at a million trajectories each reads every row (6 s apiece under load,
     measured), and as many at once kept PostgreSQL's cores busy. The key is held in the cache every
     web process shares, for RECOUNT_HOLD_SECONDS at most: a holder that died is waited for that long,
-    and its summary is missing or stale after it (the caller's next recount runs). Returns whether
-    it ran here."""
+    and its summary is missing or stale after it (the caller's next recount runs). A cache outage
+    must not stop the pages: each then recounts for itself. Returns whether it ran here."""
     held = f"recount-running:{key}"
-    if not cache.add(held, 1, timeout=RECOUNT_HOLD_SECONDS):
-        while cache.get(held) is not None:
-            time.sleep(0.1)
+    try:
+        mine = cache.add(held, 1, timeout=RECOUNT_HOLD_SECONDS)
+    except Exception:
+        logger.exception("recount of %s not coordinated: the cache failed", key)
+        recount()
+        return True
+    if not mine:
+        _wait_while_held(held)
         return False
     try:
         recount()
     finally:
-        cache.delete(held)
+        _release(held)
     return True
+
+
+def _wait_while_held(held: str) -> None:
+    try:
+        while cache.get(held) is not None:
+            time.sleep(0.1)
+    except Exception:  # the caller reads what is stored, as after a holder that died
+        logger.exception("stopped waiting for %s: the cache failed", held)
+
+
+def _release(held: str) -> None:
+    try:
+        cache.delete(held)
+    except Exception:  # it lapses by itself
+        logger.exception("%s not released: the cache failed", held)
 
 
 def summaries_drop(*, kind: str) -> None:

@@ -95,3 +95,29 @@ def test_a_monitor_whose_recount_holder_died_is_counted_once_its_key_lapses():
     assert time.monotonic() - started >= 0.5  # it waited for the key to lapse
     assert summary == CountSummary.objects.get(agent=agent, kind=monitoring.MONITOR_KIND)
     assert monitoring_services.monitor_summaries_recount(agents=[agent]) == 1
+
+
+def test_a_cache_outage_leaves_each_caller_recounting_for_itself(monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("the cache is down")
+
+    for method in ("add", "get", "delete"):
+        monkeypatch.setattr(cache, method, unreachable)
+    runs = []
+    assert recount_once("k", lambda: runs.append(1)) is True
+    assert recount_once("k", lambda: runs.append(2)) is True
+    assert runs == [1, 2]
+
+
+def test_a_cache_that_fails_while_held_neither_hangs_a_waiter_nor_fails_the_holder(monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("the cache is down")
+
+    cache.add("recount-running:k", 1, timeout=30)  # another process holds the key
+    monkeypatch.setattr(cache, "get", unreachable)
+    started = time.monotonic()
+    assert recount_once("k", lambda: pytest.fail("the holder's recount runs, not this one")) is False
+    assert time.monotonic() - started < 5
+    cache.delete("recount-running:k")
+    monkeypatch.setattr(cache, "delete", unreachable)
+    assert recount_once("other", lambda: None) is True  # counted; its key lapses by itself
