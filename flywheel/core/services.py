@@ -309,18 +309,20 @@ def recount_once(key: str, recount: Callable[[], object]) -> bool:
     recount, not twenty: at a million trajectories each reads every row (6 s apiece under load,
     measured), and as many at once kept PostgreSQL's cores busy. The key is held in the cache every
     web process shares, for RECOUNT_HOLD_SECONDS at most: a holder that died is waited for that long,
-    and its summary is missing or stale after it (the caller's next recount runs). A cache outage
-    must not stop the pages: each then recounts for itself. Returns whether it ran here."""
+    then the recount runs here (one waiter's, the others wait for it). A cache outage must not stop
+    the pages: each then recounts for itself. Returns whether it ran here."""
     held = f"recount-running:{key}"
-    try:
-        mine = cache.add(held, 1, timeout=RECOUNT_HOLD_SECONDS)
-    except Exception:
-        logger.exception("recount of %s not coordinated: the cache failed", key)
-        recount()
-        return True
-    if not mine:
-        _wait_while_held(held)
-        return False
+    while True:
+        try:
+            mine = cache.add(held, time.time() + RECOUNT_HOLD_SECONDS, timeout=RECOUNT_HOLD_SECONDS)
+        except Exception:
+            logger.exception("recount of %s not coordinated: the cache failed", key)
+            recount()
+            return True
+        if mine:
+            break
+        if _released(held):
+            return False
     try:
         recount()
     finally:
@@ -328,12 +330,17 @@ def recount_once(key: str, recount: Callable[[], object]) -> bool:
     return True
 
 
-def _wait_while_held(held: str) -> None:
+def _released(held: str) -> bool:
+    """Wait while `held` is held: True when its holder released it, False when it lapsed (the holder died)."""
+    lapses_at = 0.0
     try:
-        while cache.get(held) is not None:
+        while (value := cache.get(held)) is not None:
+            lapses_at = float(value)
             time.sleep(0.1)
-    except Exception:  # the caller reads what is stored, as after a holder that died
+    except Exception:  # the caller reads what is stored
         logger.exception("stopped waiting for %s: the cache failed", held)
+        return True
+    return time.time() < lapses_at - 1  # a second's slack: the cache expires keys to the second
 
 
 def _release(held: str) -> None:

@@ -277,10 +277,7 @@ def _monitor_counted(agent: Agent) -> CountSummary:
         from flywheel.monitoring.services import monitor_summaries_recount  # the services import this module
 
         monitor_summaries_recount(agents=[agent])
-        summary = CountSummary.objects.filter(agent=agent, kind=MONITOR_KIND).first()
-        if summary is None:  # the recount waited for ended without storing one (its process died)
-            monitor_summaries_recount(agents=[agent])
-            summary = CountSummary.objects.get(agent=agent, kind=MONITOR_KIND)
+        summary = CountSummary.objects.get(agent=agent, kind=MONITOR_KIND)
     return summary
 
 

@@ -89,7 +89,8 @@ def test_pages_that_find_the_dashboards_stale_together_start_one_recount(make_us
 @pytest.mark.django_db
 def test_a_monitor_whose_recount_holder_died_is_counted_once_its_key_lapses():
     agent = agent_create(actor=None, name="airline")
-    cache.add(f"recount-running:{monitoring.MONITOR_KIND}:{agent.pk}", 1, timeout=1)  # a worker killed mid-recount
+    # A worker killed mid-recount: its key, holding when it lapses, stays until then.
+    cache.add(f"recount-running:{monitoring.MONITOR_KIND}:{agent.pk}", time.time() + 1, timeout=1)
     started = time.monotonic()
     summary = monitoring._monitor_counted(agent)
     assert time.monotonic() - started >= 0.5  # it waited for the key to lapse
@@ -113,7 +114,7 @@ def test_a_cache_that_fails_while_held_neither_hangs_a_waiter_nor_fails_the_hold
     def unreachable(*args, **kwargs):
         raise ConnectionError("the cache is down")
 
-    cache.add("recount-running:k", 1, timeout=30)  # another process holds the key
+    cache.add("recount-running:k", time.time() + 30, timeout=30)  # another process holds the key
     monkeypatch.setattr(cache, "get", unreachable)
     started = time.monotonic()
     assert recount_once("k", lambda: pytest.fail("the holder's recount runs, not this one")) is False
