@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from functools import cached_property
@@ -45,10 +44,12 @@ FEEDBACK_ANY = "any"
 # (`_text_page`): a word search after the first reach, a substring search after the second.
 TEXT_PROBE_ROWS = 500
 SUBSTRING_PROBE_ROWS = 5000
-# A word search the probe did not answer: a word in at most TEXT_INDEX_ROWS rows (PostgreSQL's
-# estimate) is read whole through its index; a commoner one among the newest rows of each window.
-TEXT_INDEX_ROWS = 20_000
-TEXT_WINDOWS = (5_000, 20_000, 80_000, 320_000)
+# A word search the probe did not answer reads the word's rows through its index and sorts them
+# when PostgreSQL expects at most TEXT_INDEX_ROWS of them, or at most TEXT_SKEWED_INDEX_ROWS and the
+# probe found under a quarter of what they would put among the probed rows if spread evenly
+# (`_word_page`); else the list is walked, testing each row.
+TEXT_INDEX_ROWS = 5_000
+TEXT_SKEWED_INDEX_ROWS = 50_000
 # A tool called in at most this many steps is filtered by its trajectories' ids (`_tool_filter`).
 RARE_TOOL_STEPS = 1000
 # A search text of letters, digits, underscores and spaces only is a word search (`text_match`).
@@ -250,7 +251,7 @@ def keyset_page(
     ordered = rows.order_by("-ingested_at", "-id")
     page = None
     if text:
-        page = _text_page(ordered, text=text, size=size, after=after)
+        page = _text_page(ordered, text=text, size=size)
     elif lead is not None:
         page = _led_page(ordered, lead=lead, after=after, size=size)
     if page is None:
@@ -285,15 +286,15 @@ def _led_page(ordered: QuerySet[Trajectory], *, lead: Lead, after: Cursor | None
     return None
 
 
-def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int, after: Cursor | None) -> list[Trajectory]:
+def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[Trajectory]:
     """The first `size + 1` of `ordered` matching `text`: among the newest rows first, then through an index.
 
     A common text fills the page from the newest TEXT_PROBE_ROWS rows. A substring search reads
     SUBSTRING_PROBE_ROWS of them before its index: the trigram index hands PostgreSQL every row
     holding the substring's trigrams, and it rereads them all when it misjudges how many there are,
     which it cannot tell (8.5 s for `"gold member"`, in 5% of a million trajectories, measured; the
-    wider probe reads 5,000 rows in about 90 ms). A word search goes to its index sooner
-    (`_word_page`). Every reach gives the same page: the newest rows are all read before any
+    wider probe reads 5,000 rows in about 90 ms). A word search goes on from its probe through its
+    index (`_word_page`). Every reach gives the same page: the newest rows are all read before any
     older one could be listed.
     """
     word = _is_word_search(text)
@@ -305,30 +306,32 @@ def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int, after: Cu
         page: list[Trajectory] = list(probe[: size + 1])
         if len(page) > size or bound is None:  # full, or the probe read every row there is
             return page
-    if word:
-        return _word_page(ordered, text=text, size=size, after=after)
+    if word and bound is not None:
+        return page + _word_page(
+            ordered, text=text, wanted=size + 1 - len(page), probed_since=bound, probed_found=len(page)
+        )
     return list(ordered.filter(text_match(text))[: size + 1])
 
 
-def _word_page(ordered: QuerySet[Trajectory], *, text: str, size: int, after: Cursor | None) -> list[Trajectory]:
-    """A word search's page once the newest rows did not fill it: its matches through the word index.
+def _word_page(
+    ordered: QuerySet[Trajectory], *, text: str, wanted: int, probed_since: datetime, probed_found: int
+) -> list[Trajectory]:
+    """The first `wanted` of `ordered` holding the word search `text` among the rows older than `probed_since`.
 
-    Left to itself, PostgreSQL walks the list newest first testing each row's words, a read of the
-    row's whole word vector (kept out of line): 8 microseconds a row. For a word spread evenly
-    through the rows that finds a page soon; for one whose rows are all older than a flood of
-    another agent's (60,000 rows on top: 540 ms, measured) it reads the whole flood. So the list's
-    order is given as an expression no index serves, and PostgreSQL reads the word's rows from its
-    index and sorts them: a rare word's all at once, a common word's among the newest 5,000 rows,
-    then 20,000, ... (the window's rows from the list's index, its matches from the word index, the
-    two crossed before any row is read), then all of them.
+    PostgreSQL walks the list newest first testing each row's words (its word vector, kept out of
+    line, read for each row) when it expects the word soon: right for a word spread evenly, but a
+    word whose rows are all older than a flood of another agent's costs a read of the whole flood
+    (1.4 s for a word in 6,945 rows under 140,000 newer ones at a million, measured). The probe
+    tells such a word: it found far fewer of it than the word's share of the rows would put there.
+    Such a word, and any rare one, is read from the word index and sorted, its order given as an
+    expression no index serves: a cost that grows with the word's rows, not with where they are.
     """
-    matching = ordered.filter(text_match(text)).order_by(_NEWEST_UNINDEXED, "-id")
-    if _estimated_rows(matching) > TEXT_INDEX_ROWS:
-        for bound in _window_bounds(after):
-            page = list(matching.filter(ingested_at__gte=bound)[: size + 1])
-            if len(page) > size:
-                return page
-    return list(matching[: size + 1])
+    older = ordered.filter(text_match(text), ingested_at__lt=probed_since)
+    rows = _estimated_rows(older)
+    spread = TEXT_PROBE_ROWS * rows / max(_table_rows(), rows, 1.0)
+    if rows <= TEXT_INDEX_ROWS or (rows <= TEXT_SKEWED_INDEX_ROWS and probed_found < spread / 4):
+        older = older.order_by(_NEWEST_UNINDEXED, "-id")
+    return list(older[:wanted])
 
 
 # The list's order (newest first) written so that no index provides it: `ingested_at + 0`.
@@ -344,19 +347,11 @@ def _estimated_rows(rows: QuerySet[Trajectory]) -> float:
     return float(plan[0]["Plan"]["Plan Rows"])
 
 
-def _window_bounds(after: Cursor | None) -> Iterator[datetime]:
-    """When the newest TEXT_WINDOWS[i]-th trajectory (of any agent, after `after`) was ingested, for
-    each window that has that many: each read on from the last, from the list's index alone."""
-    rows = Trajectory.objects.order_by("-ingested_at", "-id").values_list("ingested_at", flat=True)
-    if after is not None:
-        rows = rows.filter(ingested_at__lte=after.ingested_at)
-    read = 0
-    for window in TEXT_WINDOWS:
-        bound = next(iter(rows[window - read - 1 : window - read]), None)
-        if bound is None:
-            return
-        yield bound
-        rows, read = rows.filter(ingested_at__lt=bound), window
+def _table_rows() -> float:
+    """PostgreSQL's count of the trajectory table's rows as of its last ANALYZE (-1: never analyzed)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'ingest_trajectory'::regclass")
+        return float(cursor.fetchone()[0])
 
 
 def _nth_ingested_at(ordered: QuerySet[Trajectory], n: int) -> datetime | None:
