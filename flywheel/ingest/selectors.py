@@ -44,12 +44,10 @@ FEEDBACK_ANY = "any"
 # (`_text_page`): a word search after the first reach, a substring search after the second.
 TEXT_PROBE_ROWS = 500
 SUBSTRING_PROBE_ROWS = 5000
-# A word search the probe did not answer reads the word's rows through its index and sorts them
-# when PostgreSQL expects at most TEXT_INDEX_ROWS of them, or at most TEXT_SKEWED_INDEX_ROWS and the
-# probe found under a quarter of what they would put among the probed rows if spread evenly
-# (`_word_page`); else the list is walked, testing each row.
-TEXT_INDEX_ROWS = 5_000
-TEXT_SKEWED_INDEX_ROWS = 50_000
+# A word search the probe did not answer reads the word's rows through its index and sorts them when
+# PostgreSQL expects at most TEXT_INDEX_ROWS of them and the probe found under a quarter of what they
+# would put among the probed rows if spread evenly (`_word_page`); else the list is walked.
+TEXT_INDEX_ROWS = 50_000
 # A tool called in at most this many steps is filtered by its trajectories' ids (`_tool_filter`).
 RARE_TOOL_STEPS = 1000
 # A search text of letters, digits, underscores and spaces only is a word search (`text_match`).
@@ -322,14 +320,15 @@ def _word_page(
     line, read for each row) when it expects the word soon: right for a word spread evenly, but a
     word whose rows are all older than a flood of another agent's costs a read of the whole flood
     (1.4 s for a word in 6,945 rows under 140,000 newer ones at a million, measured). The probe
-    tells such a word: it found far fewer of it than the word's share of the rows would put there.
-    Such a word, and any rare one, is read from the word index and sorted, its order given as an
-    expression no index serves: a cost that grows with the word's rows, not with where they are.
+    tells such a word: it found far fewer of it than the word's share of the rows would put there
+    (none, for a rare word). Such a word is read from the word index and sorted, its order given as
+    an expression no index serves: a cost that grows with the word's rows, not with where they are,
+    so only for a word PostgreSQL expects in few rows (its guess for a phrase can be ten times low).
     """
     older = ordered.filter(text_match(text), ingested_at__lt=probed_since)
     rows = _estimated_rows(older)
     spread = TEXT_PROBE_ROWS * rows / max(_table_rows(), rows, 1.0)
-    if rows <= TEXT_INDEX_ROWS or (rows <= TEXT_SKEWED_INDEX_ROWS and probed_found < spread / 4):
+    if rows <= TEXT_INDEX_ROWS and probed_found < spread / 4:
         older = older.order_by(_NEWEST_UNINDEXED, "-id")
     return list(older[:wanted])
 

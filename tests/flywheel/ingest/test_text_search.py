@@ -208,12 +208,11 @@ def test_a_substring_the_wider_probe_holds_never_searches_the_trigram_index(view
 _OLD_WORD_ROWS = {0, 2, 4, 6, 8, 23, 24, 25}
 
 
-@pytest.mark.parametrize(("index_rows", "skewed_rows"), [(0, 0), (1000, 0), (0, 1000)])
-def test_a_word_past_the_probe_pages_the_same_walked_or_sorted(viewer, monkeypatch, index_rows, skewed_rows):
-    """(0, 0) walks the list past the probe; (1000, 0) sorts every word; (0, 1000) sorts this skewed one."""
+@pytest.mark.parametrize("index_rows", [0, 1000])
+def test_a_word_past_the_probe_pages_the_same_walked_or_sorted(viewer, monkeypatch, index_rows):
+    """0 walks the list past the probe; 1000 sorts the word's rows (the probe found none of them)."""
     monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 3)
     monkeypatch.setattr(selectors, "TEXT_INDEX_ROWS", index_rows)
-    monkeypatch.setattr(selectors, "TEXT_SKEWED_INDEX_ROWS", skewed_rows)
     _stored(40, matching=lambda n: n in _OLD_WORD_ROWS)
     expected = [f"t{n:02d}" for n in sorted(_OLD_WORD_ROWS, reverse=True)]
     for size in (1, 2, 3):
@@ -243,7 +242,7 @@ def _sorted_past_the_probe(viewer, text: str) -> bool:
     return bool(limit["Plans"][0]["Node Type"] == "Sort")
 
 
-def test_a_word_the_probe_missed_is_sorted_when_rare_or_skewed_and_walked_when_spread_evenly(viewer, monkeypatch):
+def test_a_word_the_probe_found_far_below_its_share_is_sorted_and_one_spread_evenly_walked(viewer, monkeypatch):
     from django.db import connection
 
     monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 3)
@@ -252,12 +251,9 @@ def test_a_word_the_probe_missed_is_sorted_when_rare_or_skewed_and_walked_when_s
     store([native(f"e{n:02d}", final_result="shipped parcel" if n % 2 else "parcel") for n in range(40)])
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE ingest_trajectory")  # PostgreSQL's row counts, as a big table keeps them
-    monkeypatch.setattr(selectors, "TEXT_INDEX_ROWS", 1000)
-    monkeypatch.setattr(selectors, "TEXT_SKEWED_INDEX_ROWS", 0)
-    assert _sorted_past_the_probe(viewer, "refund")  # rare
     monkeypatch.setattr(selectors, "TEXT_INDEX_ROWS", 0)
-    assert not _sorted_past_the_probe(viewer, "refund")  # common, skewed, but past the skewed limit
-    monkeypatch.setattr(selectors, "TEXT_SKEWED_INDEX_ROWS", 1000)
+    assert not _sorted_past_the_probe(viewer, "refund")  # skewed, but in more rows than the limit
+    monkeypatch.setattr(selectors, "TEXT_INDEX_ROWS", 1000)
     assert _sorted_past_the_probe(viewer, "refund")  # none in the newest 80 of 120 rows: skewed
     # In every other row of the newest 40: the probe found one or two of a page of three, as many as
     # an even spread of its 60 rows puts among 3 of 120.
