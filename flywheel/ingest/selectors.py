@@ -48,10 +48,12 @@ SUBSTRING_PROBE_ROWS = 5000
 # PostgreSQL expects at most TEXT_INDEX_ROWS of them and the probe found under a quarter of what they
 # would put among the probed rows if spread evenly (`_word_page`); else the list is walked.
 TEXT_INDEX_ROWS = 50_000
+TEXT_ESTIMATED_WORDS = 4  # a phrase's rows are estimated by those of its rarest of its first four words
 # A tool called in at most this many steps is filtered by its trajectories' ids (`_tool_filter`).
 RARE_TOOL_STEPS = 1000
 # A search text of letters, digits, underscores and spaces only is a word search (`text_match`).
 _WORDS = re.compile(r"[\w\s]+")
+_LEXEME = re.compile(r"[^\W_]+")  # the search vector reads punctuation, the underscore too, as a space
 
 
 @dataclass(frozen=True)
@@ -325,9 +327,12 @@ def _word_page(
     an expression no index serves: a cost that grows with the word's rows, not with where they are,
     so only for a word PostgreSQL expects in few rows (its guess for a phrase can be ten times low).
     """
-    older = ordered.filter(text_match(text), ingested_at__lt=probed_since)
-    rows = _estimated_rows(older)
+    older = ordered.filter(ingested_at__lt=probed_since)
+    # A phrase is in no more rows than its rarest word, whose estimate is sound (PostgreSQL's guess
+    # for the phrase can be ten times low: 5,725 for 63,480 rows, measured).
+    rows = min(_estimated_rows(older.filter(text_match(word))) for word in _lexemes(text)[:TEXT_ESTIMATED_WORDS])
     spread = TEXT_PROBE_ROWS * rows / max(_table_rows(), rows, 1.0)
+    older = older.filter(text_match(text))
     if rows <= TEXT_INDEX_ROWS and probed_found < spread / 4:
         older = older.order_by(_NEWEST_UNINDEXED, "-id")
     return list(older[:wanted])
@@ -344,6 +349,11 @@ def _estimated_rows(rows: QuerySet[Trajectory]) -> float:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]
     return float(plan[0]["Plan"]["Plan Rows"])
+
+
+def _lexemes(text: str) -> list[str]:
+    """The words of a word search as the word index holds them, each once, in order."""
+    return list(dict.fromkeys(_LEXEME.findall(text.lower())))
 
 
 def _table_rows() -> float:

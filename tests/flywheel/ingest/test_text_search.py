@@ -258,3 +258,19 @@ def test_a_word_the_probe_found_far_below_its_share_is_sorted_and_one_spread_eve
     # In every other row of the newest 40: the probe found one or two of a page of three, as many as
     # an even spread of its 60 rows puts among 3 of 120.
     assert not _sorted_past_the_probe(viewer, "shipped")
+
+
+def test_a_phrase_is_sorted_only_when_its_rarest_word_is_in_few_enough_rows(viewer, monkeypatch):
+    """PostgreSQL guesses a phrase's rows as if its words were independent (here about 19 for 48); the rarest
+    word's guess bounds them."""
+    from django.db import connection
+
+    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 3)
+    store([native(f"a{n:02d}", final_result="alpha beta") for n in range(48)])
+    store([native(f"s{n:02d}", final_result="shipped") for n in range(72)])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE ingest_trajectory")
+    monkeypatch.setattr(selectors, "TEXT_INDEX_ROWS", 30)
+    assert not _sorted_past_the_probe(viewer, "alpha beta")
+    monkeypatch.setattr(selectors, "TEXT_INDEX_ROWS", 60)
+    assert _sorted_past_the_probe(viewer, "alpha beta")
