@@ -48,7 +48,7 @@ SUBSTRING_PROBE_ROWS = 5000
 # PostgreSQL expects at most TEXT_INDEX_ROWS of them and the probe found under a quarter of what they
 # would put among the probed rows if spread evenly (`_word_page`); else the list is walked.
 TEXT_INDEX_ROWS = 50_000
-TEXT_ESTIMATED_WORDS = 4  # a phrase's rows are estimated by those of its rarest of its first four words
+TEXT_ESTIMATED_WORDS = 4  # a phrase is in at most as many rows as the rarest of its first four words
 # A tool called in at most this many steps is filtered by its trajectories' ids (`_tool_filter`).
 RARE_TOOL_STEPS = 1000
 # A search text of letters, digits, underscores and spaces only is a word search (`text_match`).
@@ -325,7 +325,7 @@ def _word_page(
     tells such a word: it found far fewer of it than the word's share of the rows would put there
     (none, for a rare word). Such a word is read from the word index and sorted, its order given as
     an expression no index serves: a cost that grows with the word's rows, not with where they are,
-    so only for a word PostgreSQL expects in few rows (its guess for a phrase can be ten times low).
+    so only for a word PostgreSQL expects in few rows.
     """
     older = ordered.filter(ingested_at__lt=probed_since)
     # A phrase is in no more rows than its rarest word, whose estimate is sound (PostgreSQL's guess

@@ -158,13 +158,13 @@ def test_a_queue_by_text_holds_the_rows_the_list_finds(make_user):
     assert sorted((m.trajectory.external_id, m.by_filter) for m in waiting) == [("t0", True), ("t2", True)]
 
 
-def _searches_of_page(viewer, text: str, size: int = 2) -> int:
+def _searches_of_page(viewer, text: str) -> int:
     """How many queries the first page ran that test the text."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
-        trajectory_page(filters=TrajectoryFilters(text=text), viewer=viewer, after=None, size=size)
+        trajectory_page(filters=TrajectoryFilters(text=text), viewer=viewer, after=None, size=2)
     # An EXPLAIN (the word search's estimate) plans the search but reads no row.
     return sum(1 for query in queries if text.strip('"') in query["sql"] and not query["sql"].startswith("EXPLAIN"))
 
@@ -261,8 +261,8 @@ def test_a_word_the_probe_found_far_below_its_share_is_sorted_and_one_spread_eve
 
 
 def test_a_phrase_is_sorted_only_when_its_rarest_word_is_in_few_enough_rows(viewer, monkeypatch):
-    """PostgreSQL guesses a phrase's rows as if its words were independent (here about 19 for 48); the rarest
-    word's guess bounds them."""
+    """PostgreSQL guesses a phrase's rows as if its words were independent (under 30 for the 48 here); the
+    rarest word's guess bounds them."""
     from django.db import connection
 
     monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 3)
