@@ -44,6 +44,8 @@ FEEDBACK_ANY = "any"
 # (`_text_page`): a word search after the first reach, a substring search after the second.
 TEXT_PROBE_ROWS = 500
 SUBSTRING_PROBE_ROWS = 5000
+# A substring search the word index narrows to at most this many rows reads just those (`_rare_substring_page`).
+SUBSTRING_INDEX_ROWS = 5_000
 # A word search the probe did not answer reads the word's rows through its index and sorts them when
 # PostgreSQL expects at most TEXT_INDEX_ROWS of them and the probe found under a quarter of what they
 # would put among the probed rows if spread evenly (`_word_page`); else the list is walked.
@@ -54,6 +56,10 @@ RARE_TOOL_STEPS = 1000
 # A search text of letters, digits, underscores and spaces only is a word search (`text_match`).
 _WORDS = re.compile(r"[\w\s]+")
 _LEXEME = re.compile(r"[^\W_]+")  # the search vector reads punctuation, the underscore too, as a space
+_ASCII_PRINTABLE = re.compile(r"[ -~\t\n]+")
+_ASCII_RUN = re.compile(r"[A-Za-z0-9]+")
+# PostgreSQL leaves out of a tsvector any word longer than 2,047 bytes.
+_LONGEST_WORD = 2047
 
 
 @dataclass(frozen=True)
@@ -298,6 +304,8 @@ def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[T
     older one could be listed.
     """
     word = _is_word_search(text)
+    if not word and (rare := _rare_substring_page(ordered, text=text, size=size)) is not None:
+        return rare
     for rows in (TEXT_PROBE_ROWS,) if word else (TEXT_PROBE_ROWS, SUBSTRING_PROBE_ROWS):
         probe = ordered.filter(text_match(text, indexed=False))
         bound = _nth_ingested_at(ordered, rows)
@@ -311,6 +319,22 @@ def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[T
             ordered, text=text, wanted=size + 1 - len(page), probed_since=bound, probed_found=len(page)
         )
     return list(ordered.filter(text_match(text))[: size + 1])
+
+
+def _rare_substring_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[Trajectory] | None:
+    """The first `size + 1` of `ordered` holding the substring search `text`, when the word index narrows
+    it to at most SUBSTRING_INDEX_ROWS rows (PostgreSQL's estimate), each then read and tested; else None.
+
+    An id with dashes (`workplace-00421843`) is in one row or a few, but its trigrams are in
+    thousands: the probes read 5,500 rows and the trigram index thousands more (363 ms measured at a
+    million). The word index names the few rows whose words could hold it (`_substring_words`).
+    """
+    words = _substring_words(_needle(text))
+    if words is None or _estimated_rows(ordered.filter(_word_query(words))) > SUBSTRING_INDEX_ROWS:
+        return None
+    # The words only here: for a common word's prefix (`out:*`), the index's match is the slower way.
+    matching = ordered.filter(text_match(text) & _word_query(words))
+    return list(matching.order_by(_NEWEST_UNINDEXED, "-id")[: size + 1])
 
 
 def _word_page(
@@ -386,10 +410,41 @@ def text_match(text: str, *, indexed: bool = True) -> Q:
     if _is_word_search(text):
         # phraseto_tsquery reads any text as plain words: no input can raise a tsquery syntax error.
         return Q(RawSQL("search_vector @@ phraseto_tsquery('simple', %s)", [text], output_field=BooleanField()))
-    needle = text[1:-1] if _is_quoted(text) else text
+    needle = _needle(text)
     if indexed:
         return Q(search_text__icontains=needle)
     return Q(IContains(Concat("search_text", Value(""), output_field=TextField()), needle))
+
+
+def _needle(text: str) -> str:
+    """What a substring search looks for: the text, less its double quotes."""
+    return text[1:-1] if _is_quoted(text) else text
+
+
+def _substring_words(needle: str) -> str | None:
+    """A tsquery that every row holding the substring `needle` matches, for the word index to narrow its
+    rows before each is read; None where there is none to be had (or not on PostgreSQL).
+
+    The search vector reads ASCII punctuation as a space and keeps each run of ASCII letters and
+    digits as one word. In a row holding `workplace-00421843`, then, `00421843` begins a word (the run
+    may go on), right after the word that `workplace` ends (it may be the tail of a longer run):
+    `00421843:*`; `a.b.c` gives `b <-> c:*`. A needle of one run (`"refun"`), or with anything but
+    ASCII letters, digits, punctuation and spaces, has none.
+    """
+    if connection.vendor != "postgresql" or not _ASCII_PRINTABLE.fullmatch(needle):
+        return None
+    runs = _ASCII_RUN.findall(needle)
+    if needle[:1].isalnum():
+        runs = runs[1:]
+    if not runs or any(len(run) > _LONGEST_WORD for run in runs):
+        return None
+    return " <-> ".join([*runs[:-1], f"{runs[-1]}:*"])
+
+
+def _word_query(words: str) -> Q:
+    """The rows whose search vector matches the tsquery `words` (built by `_substring_words`: runs of
+    ASCII letters and digits, `<->` and `:*` only, so it always parses)."""
+    return Q(RawSQL("search_vector @@ to_tsquery('simple', %s)", [words], output_field=BooleanField()))
 
 
 def _is_word_search(text: str) -> bool:

@@ -274,3 +274,52 @@ def test_a_phrase_is_sorted_only_when_its_rarest_word_is_in_few_enough_rows(view
     assert not _sorted_past_the_probe(viewer, "alpha beta")
     monkeypatch.setattr(selectors, "TEXT_INDEX_ROWS", 60)
     assert _sorted_past_the_probe(viewer, "alpha beta")
+
+
+@pytest.mark.parametrize(
+    ("needle", "words"),
+    [
+        ("workplace-00421843", "00421843:*"),  # the first run may be a longer word's tail
+        ("a.b.c", "b <-> c:*"),
+        ("-abc", "abc:*"),  # after punctuation, the first run begins a word
+        ("user@example.com ", "example <-> com:*"),
+        ("refun", None),  # one run: it may be inside any word
+        ("a-", None),
+        ("naïve-x", None),  # the vector splits non-ASCII text its own way
+        ("x-" + "y" * 3000, None),  # PostgreSQL keeps no word that long
+    ],
+)
+def test_a_substring_s_words_are_those_every_row_holding_it_has(needle, words):
+    assert selectors._substring_words(needle) == words
+
+
+# Texts that hold `workplace-00421843`, with any case, the runs going on either side, and ones that
+# hold its words but not it.
+_ID_TEXTS = [
+    "workplace-00421843",
+    "see WORKPLACE-00421843.",
+    "xworkplace-004218439y",
+    "a_workplace-00421843_b",
+    "workplace 00421843",
+    "workplace--00421843",
+    "workplace_00421843",
+    "00421843 workplace-",
+    "workplace-0042",
+    "done",
+]
+
+
+@pytest.mark.parametrize("needle", ["workplace-00421843", "kplace-004218", "-00421843", "e-0042", '"place 00421843"'])
+def test_a_substring_narrowed_by_its_words_finds_every_row_that_holds_it(viewer, monkeypatch, needle):
+    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 2)
+    monkeypatch.setattr(selectors, "SUBSTRING_PROBE_ROWS", 4)
+    store([native(f"t{n:02d}", final_result=text) for n, text in enumerate(_ID_TEXTS * 2)])
+    expected = [f"t{n:02d}" for n in range(2 * len(_ID_TEXTS) - 1, -1, -1)
+                if needle.strip('"').lower() in (_ID_TEXTS * 2)[n].lower()]  # fmt: skip
+    assert expected
+    monkeypatch.setattr(selectors, "SUBSTRING_INDEX_ROWS", 1000)
+    assert _searches_of_page(viewer, needle) == 1  # the rows the word index names, nothing else
+    assert sum(_pages(viewer, needle, 2), []) == expected
+    monkeypatch.setattr(selectors, "SUBSTRING_INDEX_ROWS", 0)
+    assert _searches_of_page(viewer, needle) == 3  # both probes, then the trigram index
+    assert sum(_pages(viewer, needle, 2), []) == expected
