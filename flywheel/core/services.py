@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable, Collection
@@ -331,8 +332,9 @@ def recount_once(key: str, recount: Callable[[], object]) -> bool:
 
 
 def _released(held: str) -> bool:
-    """Wait while `held` is held: True when its holder released it, False when it lapsed (the holder died)."""
-    lapses_at = 0.0
+    """Wait while `held` is held: True when its holder released it, False when it lapsed (the holder died).
+    A key gone before it is first read was released: its holder finished between our add and our read."""
+    lapses_at = math.inf
     try:
         while (value := cache.get(held)) is not None:
             lapses_at = float(value)

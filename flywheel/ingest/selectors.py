@@ -57,7 +57,6 @@ RARE_TOOL_STEPS = 1000
 _WORDS = re.compile(r"[\w\s]+")
 _LEXEME = re.compile(r"[^\W_]+")  # the search vector reads punctuation, the underscore too, as a space
 _ASCII_PRINTABLE = re.compile(r"[ -~\t\n]+")
-_ASCII_RUN = re.compile(r"[A-Za-z0-9]+")
 # PostgreSQL leaves out of a tsvector any word longer than 2,047 bytes.
 _LONGEST_WORD = 2047
 
@@ -433,7 +432,7 @@ def _substring_words(needle: str) -> str | None:
     """
     if connection.vendor != "postgresql" or not _ASCII_PRINTABLE.fullmatch(needle):
         return None
-    runs = _ASCII_RUN.findall(needle)
+    runs = _LEXEME.findall(needle)  # in ASCII text, the runs of letters and digits
     if needle[:1].isalnum():
         runs = runs[1:]
     if not runs or any(len(run) > _LONGEST_WORD for run in runs):

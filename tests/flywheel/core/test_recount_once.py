@@ -47,6 +47,21 @@ def test_a_recount_asked_for_while_another_runs_waits_for_it_and_never_runs_its_
     assert recount_once("other", lambda: None) is True
 
 
+def test_a_key_released_before_the_waiter_first_reads_it_is_not_taken_for_a_dead_holder(monkeypatch):
+    """The holder finished between the waiter's add (refused) and its first read: its counts are stored."""
+    real_add, calls = cache.add, []
+
+    def add(*args, **kwargs):
+        calls.append(args)
+        return False if len(calls) == 1 else real_add(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "add", add)
+    runs = []
+    assert recount_once("k", lambda: runs.append("here")) is False
+    assert runs == []
+    assert len(calls) == 1  # it did not try for the key again
+
+
 def test_a_recount_that_raises_frees_its_key():
     with pytest.raises(RuntimeError):
         recount_once("k", lambda: (_ for _ in ()).throw(RuntimeError("database gone")))
