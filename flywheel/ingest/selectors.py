@@ -44,7 +44,7 @@ FEEDBACK_ANY = "any"
 # (`_text_page`): a word search after the first reach, a substring search after the second.
 TEXT_PROBE_ROWS = 500
 SUBSTRING_PROBE_ROWS = 5000
-# A substring search the word index narrows to at most this many rows reads just those (`_rare_substring_page`).
+# A substring search the word index narrows to at most this many rows may read just those (`_text_page`).
 SUBSTRING_INDEX_ROWS = 5_000
 # A word search the probe did not answer reads the word's rows through its index and sorts them when
 # PostgreSQL expects at most TEXT_INDEX_ROWS of them and the probe found under a quarter of what they
@@ -298,13 +298,15 @@ def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[T
     SUBSTRING_PROBE_ROWS of them before its index: the trigram index hands PostgreSQL every row
     holding the substring's trigrams, and it rereads them all when it misjudges how many there are,
     which it cannot tell (8.5 s for `"gold member"`, in 5% of a million trajectories, measured; the
-    wider probe reads 5,000 rows in about 90 ms). A word search goes on from its probe through its
-    index (`_word_page`). Every reach gives the same page: the newest rows are all read before any
-    older one could be listed.
+    wider probe reads 5,000 rows in about 90 ms). A substring its words narrow to a few rows reads
+    only those (`_Narrowed`), and a word search goes on from its probe through its index
+    (`_word_page`). Every reach gives the same page: the newest rows are all read before any older
+    one could be listed.
     """
     word = _is_word_search(text)
-    if not word and (rare := _rare_substring_page(ordered, text=text, size=size)) is not None:
-        return rare
+    narrowed = None if word else _Narrowed.of(ordered, text=text)
+    if narrowed is not None and narrowed.beats_probing(size + 1):
+        return narrowed.page(size)
     for rows in (TEXT_PROBE_ROWS,) if word else (TEXT_PROBE_ROWS, SUBSTRING_PROBE_ROWS):
         probe = ordered.filter(text_match(text, indexed=False))
         bound = _nth_ingested_at(ordered, rows)
@@ -313,6 +315,12 @@ def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[T
         page: list[Trajectory] = list(probe[: size + 1])
         if len(page) > size or bound is None:  # full, or the probe read every row there is
             return page
+        if (
+            narrowed is not None
+            and rows == TEXT_PROBE_ROWS
+            and narrowed.cheaper_than_walking(wanted=size + 1 - len(page), found=len(page), probed=rows)
+        ):
+            return narrowed.page(size)
     if word and bound is not None:
         return page + _word_page(
             ordered, text=text, wanted=size + 1 - len(page), probed_since=bound, probed_found=len(page)
@@ -320,20 +328,42 @@ def _text_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[T
     return list(ordered.filter(text_match(text))[: size + 1])
 
 
-def _rare_substring_page(ordered: QuerySet[Trajectory], *, text: str, size: int) -> list[Trajectory] | None:
-    """The first `size + 1` of `ordered` holding the substring search `text`, when the word index narrows
-    it to at most SUBSTRING_INDEX_ROWS rows (PostgreSQL's estimate), each then read and tested; else None.
+@dataclass(frozen=True)
+class _Narrowed:
+    """A substring search's rows that its words could hold (`_substring_words`), which PostgreSQL expects
+    to number `rows`.
 
     An id with dashes (`workplace-00421843`) is in one row or a few, but its trigrams are in
     thousands: the probes read 5,500 rows and the trigram index thousands more (363 ms measured at a
-    million). The word index names the few rows whose words could hold it (`_substring_words`).
+    million). Reading and testing just the rows its words name takes the same time wherever they lie.
     """
-    words = _substring_words(_needle(text))
-    if words is None or _estimated_rows(ordered.filter(_word_query(words))) > SUBSTRING_INDEX_ROWS:
-        return None
-    # The words only here: for a common word's prefix (`out:*`), the index's match is the slower way.
-    matching = ordered.filter(text_match(text) & _word_query(words))
-    return list(matching.order_by(_NEWEST_UNINDEXED, "-id")[: size + 1])
+
+    matching: QuerySet[Trajectory]
+    rows: float
+
+    @classmethod
+    def of(cls, ordered: QuerySet[Trajectory], *, text: str) -> _Narrowed | None:
+        """The narrowing of `text`, when its words promise one of at most SUBSTRING_INDEX_ROWS rows."""
+        words = _substring_words(_needle(text))
+        if words is None:
+            return None
+        rows = _estimated_rows(ordered.filter(_word_query(words)))
+        if rows > SUBSTRING_INDEX_ROWS:
+            return None
+        # The words only here: for a common word's prefix (`out:*`), the index's match is the slower way.
+        return cls(ordered.filter(text_match(text) & _word_query(words)), rows)
+
+    def beats_probing(self, wanted: int) -> bool:
+        """Whether to read these rows before any probe: they are fewer than the probe reads, or too few
+        to put `wanted` among the probed rows if spread evenly over the table (at a million, always)."""
+        return self.rows <= TEXT_PROBE_ROWS or self.rows * TEXT_PROBE_ROWS < wanted * _table_rows()
+
+    def cheaper_than_walking(self, *, wanted: int, found: int, probed: int) -> bool:
+        """Whether reading these rows beats walking on for `wanted` more at the rate the probe found them."""
+        return self.rows * found < wanted * probed
+
+    def page(self, size: int) -> list[Trajectory]:
+        return list(self.matching.order_by(_NEWEST_UNINDEXED, "-id")[: size + 1])
 
 
 def _word_page(

@@ -323,3 +323,40 @@ def test_a_substring_narrowed_by_its_words_finds_every_row_that_holds_it(viewer,
     monkeypatch.setattr(selectors, "SUBSTRING_INDEX_ROWS", 0)
     assert _searches_of_page(viewer, needle) == 3  # both probes, then the trigram index
     assert sum(_pages(viewer, needle, 2), []) == expected
+
+
+def _narrowing_runs(viewer, text: str) -> tuple[int, bool]:
+    """How many queries the first page (of 2) ran that test the text, and whether one read the rows its
+    words narrow it to."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        trajectory_page(filters=TrajectoryFilters(text=text), viewer=viewer, after=None, size=2)
+    searches = [query["sql"] for query in queries if "0042" in query["sql"] and not query["sql"].startswith("EXPLAIN")]
+    return len(searches), any("to_tsquery" in sql for sql in searches)
+
+
+@pytest.mark.parametrize(
+    ("matching", "table_rows", "runs"),
+    [
+        # Ten rows of thirty, the newest among them, and a table said to hold 30: the probe of 6 could
+        # not be expected to find 3 (10 * 6 < 3 * 30), so the narrowed rows are read first.
+        (lambda n: n % 3 == 0, 30, (1, True)),
+        # Said to hold 15, the probe goes first, finds 2 in the newest 6 (t27, t24): walking on for one
+        # more at that rate reads 3 rows, the narrowing 10, so the wider probe ends it.
+        (lambda n: n % 3 == 0, 15, (2, False)),
+        # Only old rows hold it: the probe finds none, and the narrowed rows are read after it.
+        (lambda n: n < 10 and n % 3 == 0, 15, (2, True)),
+    ],
+)
+def test_a_narrowed_substring_is_read_before_or_after_the_probe_or_walked_by_the_cost(
+    viewer, monkeypatch, matching, table_rows, runs
+):
+    monkeypatch.setattr(selectors, "TEXT_PROBE_ROWS", 6)
+    monkeypatch.setattr(selectors, "SUBSTRING_PROBE_ROWS", 12)
+    _stored(30, matching=matching, text="see workplace-0042 now")
+    monkeypatch.setattr(selectors, "_estimated_rows", lambda rows: 10.0)  # PostgreSQL's guess, made exact
+    monkeypatch.setattr(selectors, "_table_rows", lambda: float(table_rows))
+    assert _narrowing_runs(viewer, "workplace-0042") == runs
+    assert sum(_pages(viewer, "workplace-0042", 2), []) == [f"t{n:02d}" for n in range(29, -1, -1) if matching(n)]
