@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from datetime import date
 
+import plotly.graph_objects as go
 import plotly.io as pio
 
 from flywheel.core.charts import figure_html
@@ -14,29 +15,33 @@ def test_the_bucket_chart_stacks_bucketed_and_awaiting_per_bucket_in_their_colou
     figure = charts.bucket_chart(
         [BucketCount("Format error", "#e8590c", 3, 1), BucketCount("Wrong tool", "#f59f00", 0, 2)]
     )
-    bucketed, awaiting = figure.data
-    assert list(bucketed.y) == ["Format error", "Wrong tool"] and list(bucketed.x) == [3, 0]
-    assert list(awaiting.x) == [1, 2] and list(bucketed.marker.color) == ["#e8590c", "#f59f00"]
-    assert figure.layout.barmode == "stack" and not figure.layout.annotations and figure.layout.showlegend is False
+    bucketed, awaiting = figure["data"]
+    assert bucketed["y"] == ["Format error", "Wrong tool"] and bucketed["x"] == [3, 0]
+    assert awaiting["x"] == [1, 2] and bucketed["marker"]["color"] == ["#e8590c", "#f59f00"]
+    assert awaiting["marker"]["opacity"] == charts.AWAITING_OPACITY
+    assert figure["layout"]["barmode"] == "stack" and "annotations" not in figure["layout"]
+    assert figure["layout"]["showlegend"] is False and figure["layout"]["yaxis"]["autorange"] == "reversed"
 
 
 def test_an_empty_chart_says_so():
     assert (
-        charts.bucket_chart([BucketCount("Format error", "#e8590c", 0, 0)]).layout.annotations[0].text == "No data yet"
+        charts.bucket_chart([BucketCount("Format error", "#e8590c", 0, 0)])["layout"]["annotations"][0]["text"]
+        == "No data yet"
     )
-    assert charts.group_chart([], title="Failures per agent").layout.annotations[0].text == "No data yet"
+    assert charts.group_chart([], title="Failures per agent")["layout"]["annotations"][0]["text"] == "No data yet"
 
 
 def test_group_and_day_charts_carry_their_counts():
     groups = charts.group_chart([GroupCount("airline", 116, 200)], title="Failures per agent")
-    assert [list(trace.y) for trace in groups.data] == [[116], [200]]
+    assert [trace["y"] for trace in groups["data"]] == [[116], [200]]
     days = charts.day_chart(
         [
             DayCount(date(2026, 1, 2), "not bucketed", "#ced4da", 4),
             DayCount(date(2026, 1, 2), "Wrong tool", "#f59f00", 1),
         ]
     )
-    assert [(trace.name, list(trace.x), list(trace.y)) for trace in days.data] == [
+    assert days["layout"]["barmode"] == "stack" and days["layout"]["xaxis"]["type"] == "category"
+    assert [(trace["name"], trace["x"], trace["y"]) for trace in days["data"]] == [
         ("not bucketed", ["2026-01-02"], [4]),
         ("Wrong tool", ["2026-01-02"], [1]),
     ]
@@ -45,12 +50,18 @@ def test_group_and_day_charts_carry_their_counts():
 def test_labels_from_stored_data_are_escaped_for_plotlys_html_and_the_script():
     hostile = "</script><b>x</b>"
     figure = charts.group_chart([GroupCount(hostile, 1, 1)], title="Failures per model version")
-    assert list(figure.data[0].x) == ["&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;"]
+    assert figure["data"][0]["x"] == ["&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;"]
     markup = figure_html(figure)
     assert "</script><b>" not in markup and "Plotly.newPlot" in markup
     assert "plotly.min.js" not in markup and "cdn" not in markup.lower()
 
 
-def test_figures_serialise_to_plotly_json():
-    figure = charts.bucket_chart([BucketCount("Format error", "#e8590c", 1, 0)])
-    assert json.loads(pio.to_json(figure))["data"][0]["type"] == "bar"
+def test_figures_are_valid_plotly_json():
+    """plotly's own validation accepts each figure: every property a name plotly.js knows."""
+    figures = [
+        charts.bucket_chart([BucketCount("Format error", "#e8590c", 1, 0)]),
+        charts.group_chart([GroupCount("airline", 1, 2)], title="Failures per agent"),
+        charts.day_chart([DayCount(date(2026, 1, 2), "Wrong tool", "#f59f00", 1)]),
+    ]
+    for figure in figures:
+        assert json.loads(pio.to_json(go.Figure(figure)))["data"][0]["type"] == "bar"

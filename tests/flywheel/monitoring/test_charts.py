@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
+import plotly.graph_objects as go
+
 from flywheel.monitoring import charts
 from flywheel.monitoring.models import MonitoredRate
 from flywheel.monitoring.selectors import DayRow, DeploymentMark, Usage
@@ -24,21 +26,24 @@ DAYS = [day(1, "shop:v1", (0, 10), 300.0), day(2, "shop:v1", (1, 10), 310.0), da
 
 def test_a_rate_figure_draws_each_version_with_its_intervals_and_the_promotion():
     figure = charts.rate_figure(DAYS, MARKS, MonitoredRate.UNSAFE)
-    assert [trace.name for trace in figure.data] == ["shop:v1", "shop:v2"]
-    assert list(figure.data[1].y) == [0.8, 1.0] and list(figure.data[1].customdata[0]) == [4, 5]
-    assert figure.data[1].error_y.arrayminus[1] > 0 and figure.data[1].error_y.array[1] == 0
-    [shape] = figure.layout.shapes
-    assert shape.x0 == shape.x1 == MARKS[0].at and shape.yref == "paper"
-    assert figure.layout.annotations[0].text == "promote → v2"
+    assert [trace["name"] for trace in figure["data"]] == ["shop:v1", "shop:v2"]
+    assert figure["data"][1]["y"] == [0.8, 1.0] and figure["data"][1]["customdata"][0] == [4, 5]
+    assert figure["data"][1]["error_y"]["arrayminus"][1] > 0 and figure["data"][1]["error_y"]["array"][1] == 0
+    [shape] = figure["layout"]["shapes"]
+    assert shape["x0"] == shape["x1"] == MARKS[0].at and shape["yref"] == "paper"
+    assert [note["text"] for note in figure["layout"]["annotations"]] == ["promote → v2"]
+    assert figure["layout"]["yaxis"]["tickformat"] == ".0%"
+    go.Figure(figure)  # plotly's own validation: every property one plotly.js knows
 
 
 def test_days_where_nothing_counted_are_left_out_and_an_empty_figure_says_so():
     figure = charts.rate_figure(DAYS, [], MonitoredRate.SUCCESS)
-    assert figure.data == () and figure.layout.annotations[0].text == "No data yet"
+    assert figure["data"] == [] and figure["layout"]["annotations"][0]["text"] == "No data yet"
 
 
 def test_latency_draws_p50_and_p95_per_version_with_data():
     figure = charts.latency_figure(DAYS, MARKS)
-    assert [trace.name for trace in figure.data] == ["shop:v1 p50", "shop:v1 p95"]
-    assert list(figure.data[1].y) == [600.0, 620.0] and figure.data[1].line.dash == "dash"
-    assert len(charts.tokens_figure(DAYS, MARKS).data) == 2 and charts.cost_figure(DAYS, MARKS).data == ()
+    assert [trace["name"] for trace in figure["data"]] == ["shop:v1 p50", "shop:v1 p95"]
+    assert figure["data"][1]["y"] == [600.0, 620.0] and figure["data"][1]["line"]["dash"] == "dash"
+    assert len(charts.tokens_figure(DAYS, MARKS)["data"]) == 2 and charts.cost_figure(DAYS, MARKS)["data"] == []
+    go.Figure(figure)
