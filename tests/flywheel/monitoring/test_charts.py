@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-import plotly.graph_objects as go
-
 from flywheel.monitoring import charts
 from flywheel.monitoring.models import MonitoredRate
 from flywheel.monitoring.selectors import DayRow, DeploymentMark, Usage
 from flywheel.monitoring.stats import Rate
+from tests.flywheel.plotly_check import assert_plotly_keeps
 
 MARKS = [DeploymentMark(datetime(2025, 3, 2, 12, tzinfo=UTC), "promote → v2")]
 
@@ -33,7 +32,7 @@ def test_a_rate_figure_draws_each_version_with_its_intervals_and_the_promotion()
     assert shape["x0"] == shape["x1"] == MARKS[0].at and shape["yref"] == "paper"
     assert [note["text"] for note in figure["layout"]["annotations"]] == ["promote → v2"]
     assert figure["layout"]["yaxis"]["tickformat"] == ".0%"
-    go.Figure(figure)  # plotly's own validation: every property one plotly.js knows
+    assert_plotly_keeps(figure)
 
 
 def test_days_where_nothing_counted_are_left_out_and_an_empty_figure_says_so():
@@ -46,4 +45,4 @@ def test_latency_draws_p50_and_p95_per_version_with_data():
     assert [trace["name"] for trace in figure["data"]] == ["shop:v1 p50", "shop:v1 p95"]
     assert figure["data"][1]["y"] == [600.0, 620.0] and figure["data"][1]["line"]["dash"] == "dash"
     assert len(charts.tokens_figure(DAYS, MARKS)["data"]) == 2 and charts.cost_figure(DAYS, MARKS)["data"] == []
-    go.Figure(figure)
+    assert_plotly_keeps(figure)

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import plotly.graph_objects as go
 import pytest
 
 from flywheel.rewards import charts
 from flywheel.rewards.selectors import ComponentStat
+from tests.flywheel.plotly_check import assert_plotly_keeps
 
 
 def test_the_histogram_bins_rewards_by_tenths_centred_on_them():
@@ -14,7 +14,7 @@ def test_the_histogram_bins_rewards_by_tenths_centred_on_them():
     assert trace["xbins"]["size"] == 0.1 and trace["xbins"]["start"] < -1.0 < trace["xbins"]["start"] + 0.1
     assert figure["layout"]["title"]["text"] == "Reward over 4 outputs" and "annotations" not in figure["layout"]
     assert figure["layout"]["xaxis"]["title"]["text"] == "reward"
-    go.Figure(figure)  # plotly's own validation: every property one plotly.js knows
+    assert_plotly_keeps(figure)
 
 
 def test_an_empty_run_says_so():
@@ -28,7 +28,7 @@ def test_the_components_chart_shows_means_with_their_range_and_escapes_names():
     bar = chart["data"][0]
     assert bar["y"] == [0.3, -0.25] and bar["x"] == ["tool", "&lt;b&gt;x&lt;/b&gt;"]
     assert bar["error_y"]["array"] == pytest.approx([0.1, 0.25]) and bar["error_y"]["arrayminus"] == [0.3, 0.75]
-    go.Figure(chart)
+    assert_plotly_keeps(chart)
 
 
 def test_the_comparison_overlays_both_runs_on_the_same_bins():
@@ -36,4 +36,4 @@ def test_the_comparison_overlays_both_runs_on_the_same_bins():
     before, after = figure["data"]
     assert before["xbins"] == after["xbins"] and figure["layout"]["barmode"] == "overlay"
     assert before["name"] == "before: &lt;default&gt;" and after["x"] == [0.8, 0.4]
-    go.Figure(figure)
+    assert_plotly_keeps(figure)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
-
 from flywheel.training import charts
 from flywheel.training.selectors import BucketRates, Rate
+from tests.flywheel.plotly_check import assert_plotly_keeps
 
 
 def test_a_dpo_runs_implicit_rewards_and_log_probabilities_have_their_own_panels():
@@ -40,4 +39,4 @@ def test_every_job_chart_is_a_figure_plotly_accepts_with_its_bands_and_rate_axes
     assert [bar["y"] for bar in figures[-2]["data"]] == [[0.5]]  # the mean reward is no rate
     assert figures[-3]["layout"]["showlegend"] is True
     for figure in figures:
-        go.Figure(figure)  # plotly's own validation: every property one plotly.js knows
+        assert_plotly_keeps(figure)
