@@ -26,6 +26,10 @@ GRID_COLOUR = "#e9ecef"
 Interval = tuple[float | None, float | None, float | None]  # (value, low, high)
 Trace = dict[str, Any]
 Figure = dict[str, Any]
+# Axes the pages share: a rate's (0 to 100%, a little headroom for the error bars) and a metric's steps.
+# `layout` merges them into new dicts, so no figure holds these ones.
+RATE_AXIS: dict[str, Any] = {"range": [0, 1.05], "tickformat": ".0%"}
+STEP_AXIS: dict[str, Any] = {"title": {"text": "step"}}
 
 
 def label(text: str) -> str:

@@ -356,7 +356,7 @@ class _Narrowed:
     def beats_probing(self, wanted: int) -> bool:
         """Whether to read these rows before any probe: they are fewer than the probe reads, or too few
         to put `wanted` among the probed rows if spread evenly over the table (at a million, always)."""
-        return self.rows <= TEXT_PROBE_ROWS or self.rows * TEXT_PROBE_ROWS < wanted * _table_rows()
+        return self.rows <= TEXT_PROBE_ROWS or _probe_share(self.rows) < wanted
 
     def cheaper_than_walking(self, *, wanted: int, found: int, probed: int) -> bool:
         """Whether reading these rows beats walking on for `wanted` more at the rate the probe found them."""
@@ -384,9 +384,8 @@ def _word_page(
     # A phrase is in no more rows than its rarest word, whose estimate is sound (PostgreSQL's guess
     # for the phrase can be ten times low: 5,725 for 63,480 rows, measured).
     rows = min(_estimated_rows(older.filter(text_match(word))) for word in _lexemes(text)[:TEXT_ESTIMATED_WORDS])
-    spread = TEXT_PROBE_ROWS * rows / max(_table_rows(), rows, 1.0)
     older = older.filter(text_match(text))
-    if rows <= TEXT_INDEX_ROWS and probed_found < spread / 4:
+    if rows <= TEXT_INDEX_ROWS and probed_found < _probe_share(rows) / 4:
         older = older.order_by(_NEWEST_UNINDEXED, "-id")
     return list(older[:wanted])
 
@@ -407,6 +406,11 @@ def _estimated_rows(rows: QuerySet[Trajectory]) -> float:
 def _lexemes(text: str) -> list[str]:
     """The words of a word search as the word index holds them, each once, in order."""
     return list(dict.fromkeys(_LEXEME.findall(text.lower())))
+
+
+def _probe_share(rows: float) -> float:
+    """How many of `rows` the probe's TEXT_PROBE_ROWS would hold if they were spread evenly over the table."""
+    return TEXT_PROBE_ROWS * rows / max(_table_rows(), rows, 1.0)
 
 
 def _table_rows() -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from flywheel.core.charts import PALETTE, Figure, Trace, error_bars, figure, label, layout
+from flywheel.core.charts import PALETTE, RATE_AXIS, Figure, Trace, error_bars, figure, label, layout
 from flywheel.monitoring.models import MonitoredRate
 from flywheel.monitoring.selectors import DayRow, DeploymentMark
 
@@ -57,7 +57,7 @@ def rate_figure(days: Sequence[DayRow], marks: Sequence[DeploymentMark], rate: s
             "customdata": [[row.rates[rate].events, row.rates[rate].total] for row in measured],
             "hovertemplate": "%{x}: %{y:.0%} (%{customdata[0]} of %{customdata[1]})<extra>" + label(tag) + "</extra>",
         })  # fmt: skip
-    chart = _marks(figure(lines, yaxis={"range": [0, 1.05], "tickformat": ".0%"}), marks)
+    chart = _marks(figure(lines, yaxis=RATE_AXIS), marks)
     title = f"{MonitoredRate(rate).label} per day (95% intervals)"
     return layout(chart, title, empty=not lines, height=280)
 

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from flywheel.core.charts import Figure, Trace, error_bars, figure, label, layout, step_line
+from flywheel.core.charts import (
+    RATE_AXIS,
+    STEP_AXIS,
+    Figure,
+    Trace,
+    error_bars,
+    figure,
+    label,
+    layout,
+    step_line,
+)
 from flywheel.registry.selectors import MetricPair, VersionFailures
 
 BASELINE_COLOUR = "#adb5bd"
@@ -28,9 +38,6 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-_RATE_AXIS = {"range": [0, 1.05], "tickformat": ".0%"}
-
-
 def rates_figure(pairs: Sequence[MetricPair], title: str = "Held-out rates, baseline vs tuned (95% intervals)",
                  ) -> Figure:  # fmt: skip
     """Grouped bars per rate: the baseline's and the candidate's, each with its interval."""
@@ -39,7 +46,7 @@ def rates_figure(pairs: Sequence[MetricPair], title: str = "Held-out rates, base
     chart = figure([
         _bar("baseline", labels, [pair.baseline for pair in rates], BASELINE_COLOUR),
         _bar("tuned", labels, [pair.candidate for pair in rates], CANDIDATE_COLOUR),
-    ], yaxis=_RATE_AXIS)  # fmt: skip
+    ], yaxis=RATE_AXIS)  # fmt: skip
     empty = not any(isinstance(pair.candidate.get("value"), (int, float)) for pair in rates)
     return layout(chart, title, empty=empty, height=320)
 
@@ -53,14 +60,14 @@ def bucket_figure(by_bucket: Mapping[str, Sequence[MetricPair]], metric: str = "
     chart = figure([
         _bar("baseline", labels, [pair.baseline for pair in chosen], BASELINE_COLOUR),
         _bar("tuned", labels, [pair.candidate for pair in chosen], CANDIDATE_COLOUR),
-    ], yaxis=_RATE_AXIS)  # fmt: skip
+    ], yaxis=RATE_AXIS)  # fmt: skip
     title = f"{metric.removesuffix('_rate').replace('_', ' ')} per failure bucket"
     return layout(chart, title, empty=not names, height=320)
 
 
 def reward_figure(curves: Mapping[str, Sequence[tuple[int, float]]]) -> Figure:
     """The training job's reward (and held-out) curves against the step."""
-    chart = figure([step_line(name, curves[name]) for name in sorted(curves)], xaxis={"title": {"text": "step"}})
+    chart = figure([step_line(name, curves[name]) for name in sorted(curves)], xaxis=STEP_AXIS)
     return layout(chart, "Training curves", empty=not curves, height=320)
 
 
@@ -71,5 +78,5 @@ def failures_figure(rows: Sequence[VersionFailures]) -> Figure:
         "type": "bar", "x": [label(row.tag) for row in ordered], "y": [row.rate for row in ordered],
         "marker": {"color": FAILURE_COLOUR}, "customdata": [[row.failures, row.total] for row in ordered],
         "hovertemplate": "%{x}: %{y:.0%} (%{customdata[0]} of %{customdata[1]})<extra></extra>",
-    }], yaxis=_RATE_AXIS)  # fmt: skip
+    }], yaxis=RATE_AXIS)  # fmt: skip
     return layout(chart, "Failure rate per model version", empty=not ordered, height=280)

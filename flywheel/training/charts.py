@@ -12,7 +12,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flywheel.core.charts import PALETTE, Figure, Trace, error_bars, figure, label, layout, step_line
+from flywheel.core.charts import (
+    PALETTE,
+    RATE_AXIS,
+    STEP_AXIS,
+    Figure,
+    Trace,
+    error_bars,
+    figure,
+    label,
+    layout,
+    step_line,
+)
 from flywheel.training.selectors import BucketRates, Rate, Series
 
 BAND_OPACITY = 0.18
@@ -51,14 +62,10 @@ def _band(name: str, mean: Sequence[tuple[int, float]], std: Sequence[tuple[int,
     return [upper, lower, step_line(name, mean, colour)] if steps else [step_line(name, mean, colour)]
 
 
-_STEP_AXIS = {"title": {"text": "step"}}
-_RATE_AXIS = {"range": [0, 1.05], "tickformat": ".0%"}
-
-
 def reward_figure(series: Series) -> Figure:
     """The training reward: its mean per step with a ±std band over the step's completions."""
     chart = figure(_band("reward/mean", series.get("reward/mean", []), series.get("reward/std", []), PALETTE[0]),
-                   xaxis=_STEP_AXIS)  # fmt: skip
+                   xaxis=STEP_AXIS)  # fmt: skip
     return layout(chart, "Training reward (mean ± std)", empty="reward/mean" not in series)
 
 
@@ -70,13 +77,13 @@ def components_figure(series: Series) -> Figure:
         colour = PALETTE[number % len(PALETTE)]
         mean, std = series[f"reward/{component}/mean"], series.get(f"reward/{component}/std", [])
         traces += _band(component, mean, std, colour)
-    return layout(figure(traces, xaxis=_STEP_AXIS), "Reward components (mean ± std)", empty=not components)
+    return layout(figure(traces, xaxis=STEP_AXIS), "Reward components (mean ± std)", empty=not components)
 
 
 def lines_figure(series: Series, names: Sequence[str], title: str, *, prefix: str = "") -> Figure:
     """One line per metric in `names` against the step, named without `prefix`; rates on a 0–1 axis."""
     shown = [name for name in names if name in series]
-    chart = figure([step_line(name.removeprefix(prefix), series[name]) for name in shown], xaxis=_STEP_AXIS)
+    chart = figure([step_line(name.removeprefix(prefix), series[name]) for name in shown], xaxis=STEP_AXIS)
     if shown and all(name.endswith("_rate") for name in shown):
         chart["layout"]["yaxis"] = {"range": [-0.02, 1.05]}
     return layout(chart, title, empty=not shown)
@@ -141,7 +148,7 @@ def compare_figure(curves: Sequence[tuple[str, Sequence[tuple[int, float]]]], me
     """One metric's curve per job, on one chart; `curves` are (job label, points)."""
     lines = [step_line(job, points, PALETTE[number % len(PALETTE)]) for number, (job, points) in enumerate(curves)]
     # The legend names the jobs, even where only one has points for this metric.
-    chart = figure(lines, xaxis=_STEP_AXIS, showlegend=True)
+    chart = figure(lines, xaxis=STEP_AXIS, showlegend=True)
     return layout(chart, metric, empty=not any(points for _, points in curves), height=420)
 
 
@@ -154,7 +161,7 @@ def rates_figure(rates: Sequence[Rate]) -> Figure:
     measured = [rate for rate in rates if rate.value is not None and rate.name != "mean_reward"]
     bars = {"type": "bar", "x": [label(rate.label) for rate in measured], "y": [rate.value for rate in measured],
             "error_y": _intervals(measured), "marker": {"color": PALETTE[0]}, "name": "rate"}  # fmt: skip
-    return layout(figure([bars], yaxis=_RATE_AXIS), "Overall, with 95% intervals", empty=not measured, height=300)
+    return layout(figure([bars], yaxis=RATE_AXIS), "Overall, with 95% intervals", empty=not measured, height=300)
 
 
 def bucket_figure(buckets: Sequence[BucketRates], metric: str = "correct_arguments_rate") -> Figure:
@@ -165,4 +172,4 @@ def bucket_figure(buckets: Sequence[BucketRates], metric: str = "correct_argumen
             "error_y": _intervals([rate for _, rate in rows]), "marker": {"color": PALETTE[1]},
             "name": label(metric)}  # fmt: skip
     title = f"{metric.removesuffix('_rate').replace('_', ' ').capitalize()} per failure bucket, with 95% intervals"
-    return layout(figure([bars], yaxis=_RATE_AXIS), title, empty=not rows, height=300)
+    return layout(figure([bars], yaxis=RATE_AXIS), title, empty=not rows, height=300)

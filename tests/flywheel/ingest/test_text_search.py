@@ -158,15 +158,21 @@ def test_a_queue_by_text_holds_the_rows_the_list_finds(make_user):
     assert sorted((m.trajectory.external_id, m.by_filter) for m in waiting) == [("t0", True), ("t2", True)]
 
 
-def _searches_of_page(viewer, text: str) -> int:
-    """How many queries the first page ran that test the text."""
+def _searches(viewer, text: str) -> list[str]:
+    """The queries the first page (of 2) ran that test the text."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as queries:
         trajectory_page(filters=TrajectoryFilters(text=text), viewer=viewer, after=None, size=2)
     # An EXPLAIN (the word search's estimate) plans the search but reads no row.
-    return sum(1 for query in queries if text.strip('"') in query["sql"] and not query["sql"].startswith("EXPLAIN"))
+    return [query["sql"] for query in queries
+            if text.strip('"') in query["sql"] and not query["sql"].startswith("EXPLAIN")]  # fmt: skip
+
+
+def _searches_of_page(viewer, text: str) -> int:
+    """How many queries the first page ran that test the text."""
+    return len(_searches(viewer, text))
 
 
 def test_a_text_in_fewer_rows_than_the_probe_reads_is_searched_once(viewer, monkeypatch):
@@ -328,12 +334,7 @@ def test_a_substring_narrowed_by_its_words_finds_every_row_that_holds_it(viewer,
 def _narrowing_runs(viewer, text: str) -> tuple[int, bool]:
     """How many queries the first page (of 2) ran that test the text, and whether one read the rows its
     words narrow it to."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    with CaptureQueriesContext(connection) as queries:
-        trajectory_page(filters=TrajectoryFilters(text=text), viewer=viewer, after=None, size=2)
-    searches = [query["sql"] for query in queries if "0042" in query["sql"] and not query["sql"].startswith("EXPLAIN")]
+    searches = _searches(viewer, text)
     return len(searches), any("to_tsquery" in sql for sql in searches)
 
 

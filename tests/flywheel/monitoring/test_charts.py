@@ -38,6 +38,7 @@ def test_a_rate_figure_draws_each_version_with_its_intervals_and_the_promotion()
 def test_days_where_nothing_counted_are_left_out_and_an_empty_figure_says_so():
     figure = charts.rate_figure(DAYS, [], MonitoredRate.SUCCESS)
     assert figure["data"] == [] and figure["layout"]["annotations"][0]["text"] == "No data yet"
+    assert "shapes" not in figure["layout"] and len(figure["layout"]["annotations"]) == 1  # no mark, no line
 
 
 def test_latency_draws_p50_and_p95_per_version_with_data():
